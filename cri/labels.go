@@ -1,0 +1,19 @@
+package cri
+
+// Label and annotation keys nodelet puts on CRI sandboxes and containers. They are
+// the keys the upstream kubelet uses, so a node switched from the kubelet to nodelet
+// (or back) recognises the pods already running there.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+
+	AnnotationContainerHash             = "io.kubernetes.container.hash"
+	AnnotationContainerRestartCount     = "io.kubernetes.container.restartCount"
+	AnnotationTerminationMessagePath    = "io.kubernetes.container.terminationMessagePath"
+	AnnotationTerminationMessagePolicy  = "io.kubernetes.container.terminationMessagePolicy"
+	AnnotationPodTerminationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
+	AnnotationContainerTerminationGrace = "io.kubernetes.container.terminationGracePeriod"
+	AnnotationSandboxConfigHash         = "nodelet.io/sandbox-config-hash"
+)

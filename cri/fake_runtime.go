@@ -1,0 +1,905 @@
+package cri
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// FakeRuntime is an in-memory CRI v1 runtime and image service served over gRPC
+// on a unix socket, for tests that want the real client and wire format. It
+// keeps a containerd-like state machine and is safe for concurrent use.
+//
+// Deliberate choices (stricter than or equal to containerd, never looser):
+//   - CreateContainer needs a READY sandbox and a present image, and refuses a
+//     duplicate (sandbox, name, attempt); RunPodSandbox refuses a duplicate
+//     (name, namespace, uid, attempt).
+//   - RemoveContainer of a RUNNING container and RemovePodSandbox of a READY
+//     sandbox fail with FailedPrecondition: stop first.
+//   - Remove* of an unknown ID succeeds (CRI says removal is idempotent);
+//     status, start, stop, update and exec of an unknown ID fail with NotFound.
+//   - StopContainer and StopPodSandbox end running containers with exit code
+//     137, reason "Error", immediately (the grace period is not waited for).
+//   - PullImage succeeds for any reference; use InjectError to make it fail.
+//   - Stats, streaming (Exec/Attach/PortForward URLs), checkpoint/restore and
+//     the Stream* list RPCs answer Unimplemented.
+type FakeRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	t        testing.TB
+	dir      string
+	endpoint string
+	server   *grpc.Server
+
+	mu          sync.Mutex
+	version     *runtimeapi.VersionResponse
+	conditions  map[string]*runtimeapi.RuntimeCondition
+	sandboxes   map[string]*fakeSandbox
+	containers  map[string]*fakeContainer
+	images      map[string]*runtimeapi.Image // by image ID
+	names       map[string]string            // reserved sandbox/container names → ID
+	calls       []string
+	injected    map[string][]error
+	delays      map[string]time.Duration
+	execFn      func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
+	subscribers map[chan *runtimeapi.ContainerEventResponse]struct{}
+	nextIP      int
+	lastTime    int64
+}
+
+type fakeSandbox struct {
+	id        string
+	config    *runtimeapi.PodSandboxConfig
+	handler   string
+	state     runtimeapi.PodSandboxState
+	createdAt int64
+	ip        string
+	nameKey   string
+}
+
+type fakeContainer struct {
+	id         string
+	sandboxID  string
+	config     *runtimeapi.ContainerConfig
+	imageID    string
+	state      runtimeapi.ContainerState
+	createdAt  int64
+	startedAt  int64
+	finishedAt int64
+	exitCode   int32
+	reason     string
+	message    string
+	logPath    string
+	nameKey    string
+}
+
+var (
+	_ runtimeapi.RuntimeServiceServer = (*FakeRuntime)(nil)
+	_ runtimeapi.ImageServiceServer   = (*FakeRuntime)(nil)
+)
+
+// NewFakeRuntime starts a FakeRuntime on a socket in a fresh temp dir and stops
+// it when the test ends.
+func NewFakeRuntime(t testing.TB) *FakeRuntime {
+	t.Helper()
+	// Not t.TempDir(): long test names overflow the 108-byte sun_path limit.
+	dir, err := os.MkdirTemp("", "fakecri")
+	if err != nil {
+		t.Fatalf("creating fake CRI socket dir: %v", err)
+	}
+	f := &FakeRuntime{
+		t:   t,
+		dir: dir,
+		version: &runtimeapi.VersionResponse{
+			Version: "0.1.0", RuntimeName: "fakeruntime", RuntimeVersion: "1.0.0", RuntimeApiVersion: CRIVersion,
+		},
+		conditions: map[string]*runtimeapi.RuntimeCondition{
+			runtimeapi.RuntimeReady: {Type: runtimeapi.RuntimeReady, Status: true},
+			runtimeapi.NetworkReady: {Type: runtimeapi.NetworkReady, Status: true},
+		},
+		sandboxes:   map[string]*fakeSandbox{},
+		containers:  map[string]*fakeContainer{},
+		images:      map[string]*runtimeapi.Image{},
+		names:       map[string]string{},
+		injected:    map[string][]error{},
+		delays:      map[string]time.Duration{},
+		subscribers: map[chan *runtimeapi.ContainerEventResponse]struct{}{},
+	}
+	sock := filepath.Join(dir, "cri.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("listening on fake CRI socket %s: %v", sock, err)
+	}
+	f.endpoint = "unix://" + sock
+	f.server = grpc.NewServer(grpc.UnaryInterceptor(f.unaryInterceptor), grpc.StreamInterceptor(f.streamInterceptor))
+	runtimeapi.RegisterRuntimeServiceServer(f.server, f)
+	runtimeapi.RegisterImageServiceServer(f.server, f)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = f.server.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		f.server.Stop()
+		<-served
+		_ = os.RemoveAll(dir)
+	})
+	return f
+}
+
+// Endpoint is the unix:// endpoint to give cri.New.
+func (f *FakeRuntime) Endpoint() string { return f.endpoint }
+
+// --- test controls ---
+
+// InjectError makes the next call of method (e.g. "ListPodSandbox") fail with
+// err. Several injections for one method are used in order.
+func (f *FakeRuntime) InjectError(method string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.injected[method] = append(f.injected[method], err)
+}
+
+// SetDelay makes every call of method wait d (or until the caller gives up)
+// before it is served; d = 0 removes the delay.
+func (f *FakeRuntime) SetDelay(method string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.delays, method)
+		return
+	}
+	f.delays[method] = d
+}
+
+// Calls returns the names of the methods called so far, in order.
+func (f *FakeRuntime) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// ResetCalls forgets the recorded calls.
+func (f *FakeRuntime) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = nil
+}
+
+// SetVersion replaces the Version answer (e.g. to play an old runtime).
+func (f *FakeRuntime) SetVersion(v *runtimeapi.VersionResponse) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.version = proto.Clone(v).(*runtimeapi.VersionResponse)
+}
+
+// SetCondition sets a runtime condition reported by Status (RuntimeReady, NetworkReady, ...).
+func (f *FakeRuntime) SetCondition(condType string, ok bool, reason, message string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.conditions[condType] = &runtimeapi.RuntimeCondition{Type: condType, Status: ok, Reason: reason, Message: message}
+}
+
+// SetExecSync sets what ExecSync answers for running containers (default: exit 0, no output).
+func (f *FakeRuntime) SetExecSync(fn func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execFn = fn
+}
+
+// AddImage makes ref present in the image store, as if it had been pulled.
+func (f *FakeRuntime) AddImage(ref string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addImageLocked(ref)
+}
+
+// ExitContainer makes a running container exit with code and reason ("" means
+// "Completed" for 0 and "Error" otherwise), as if its process had ended.
+func (f *FakeRuntime) ExitContainer(id string, code int32, reason string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		f.t.Errorf("FakeRuntime.ExitContainer: no container %s", id)
+		return
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		f.t.Errorf("FakeRuntime.ExitContainer: container %s is %s, not running", id, c.state)
+		return
+	}
+	f.exitLocked(c, code, reason)
+}
+
+// ContainerConfig returns a copy of the config a container was created with
+// (nil if unknown).
+func (f *FakeRuntime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return nil
+	}
+	return proto.Clone(c.config).(*runtimeapi.ContainerConfig)
+}
+
+// SandboxConfig returns a copy of the config a sandbox was run with (nil if unknown).
+func (f *FakeRuntime) SandboxConfig(id string) *runtimeapi.PodSandboxConfig {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[id]
+	if !ok {
+		return nil
+	}
+	return proto.Clone(s.config).(*runtimeapi.PodSandboxConfig)
+}
+
+// SandboxRuntimeHandler returns the runtime handler a sandbox was run with.
+func (f *FakeRuntime) SandboxRuntimeHandler(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.sandboxes[id]; ok {
+		return s.handler
+	}
+	return ""
+}
+
+// --- interception: call log, delays, injected errors ---
+
+func methodName(fullMethod string) string {
+	return fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+}
+
+func (f *FakeRuntime) before(ctx context.Context, method string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, method)
+	d := f.delays[method]
+	var err error
+	if q := f.injected[method]; len(q) > 0 {
+		err, f.injected[method] = q[0], q[1:]
+	}
+	f.mu.Unlock()
+	if d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return err
+}
+
+func (f *FakeRuntime) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := f.before(ctx, methodName(info.FullMethod)); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (f *FakeRuntime) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := f.before(ss.Context(), methodName(info.FullMethod)); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// --- helpers (call with f.mu held) ---
+
+// nowLocked returns a strictly increasing nanosecond timestamp, so "newest
+// first" orderings are deterministic even on coarse clocks.
+func (f *FakeRuntime) nowLocked() int64 {
+	n := time.Now().UnixNano()
+	if n <= f.lastTime {
+		n = f.lastTime + 1
+	}
+	f.lastTime = n
+	return n
+}
+
+func newID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func normalizeRef(ref string) string {
+	if strings.Contains(ref, "@") {
+		return ref
+	}
+	if i, j := strings.LastIndex(ref, ":"), strings.LastIndex(ref, "/"); i <= j {
+		return ref + ":latest"
+	}
+	return ref
+}
+
+func (f *FakeRuntime) addImageLocked(ref string) *runtimeapi.Image {
+	if img := f.findImageLocked(ref); img != nil {
+		return img
+	}
+	sum := sha256.Sum256([]byte(normalizeRef(ref)))
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	img := &runtimeapi.Image{Id: id, Size: 1 << 20}
+	if strings.Contains(ref, "@") {
+		img.RepoDigests = []string{ref}
+	} else {
+		img.RepoTags = []string{normalizeRef(ref)}
+		img.RepoDigests = []string{strings.SplitN(normalizeRef(ref), ":", 2)[0] + "@" + id}
+	}
+	f.images[id] = img
+	return img
+}
+
+func (f *FakeRuntime) findImageLocked(ref string) *runtimeapi.Image {
+	if ref == "" {
+		return nil
+	}
+	if img, ok := f.images[ref]; ok {
+		return img
+	}
+	if img, ok := f.images["sha256:"+ref]; ok {
+		return img
+	}
+	n := normalizeRef(ref)
+	for _, img := range f.images {
+		if slices.Contains(img.RepoTags, n) || slices.Contains(img.RepoDigests, ref) {
+			return img
+		}
+	}
+	return nil
+}
+
+func (f *FakeRuntime) exitLocked(c *fakeContainer, code int32, reason string) {
+	if reason == "" {
+		reason = "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+	}
+	c.state = runtimeapi.ContainerState_CONTAINER_EXITED
+	c.finishedAt = f.nowLocked()
+	c.exitCode = code
+	c.reason = reason
+	f.emitLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+}
+
+func hostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
+	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+}
+
+func (f *FakeRuntime) sandboxStatusLocked(s *fakeSandbox) *runtimeapi.PodSandboxStatus {
+	st := &runtimeapi.PodSandboxStatus{
+		Id:             s.id,
+		Metadata:       proto.Clone(s.config.GetMetadata()).(*runtimeapi.PodSandboxMetadata),
+		State:          s.state,
+		CreatedAt:      s.createdAt,
+		Network:        &runtimeapi.PodSandboxNetworkStatus{},
+		Labels:         maps.Clone(s.config.GetLabels()),
+		Annotations:    maps.Clone(s.config.GetAnnotations()),
+		RuntimeHandler: s.handler,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
+			Options: proto.Clone(namespaceOptions(s.config)).(*runtimeapi.NamespaceOption),
+		}},
+	}
+	// Like containerd, a stopped sandbox has released its network.
+	if s.state == runtimeapi.PodSandboxState_SANDBOX_READY {
+		st.Network.Ip = s.ip
+	}
+	return st
+}
+
+func namespaceOptions(cfg *runtimeapi.PodSandboxConfig) *runtimeapi.NamespaceOption {
+	if o := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(); o != nil {
+		return o
+	}
+	return &runtimeapi.NamespaceOption{}
+}
+
+func (f *FakeRuntime) containerLocked(c *fakeContainer) *runtimeapi.Container {
+	return &runtimeapi.Container{
+		Id:           c.id,
+		PodSandboxId: c.sandboxID,
+		Metadata:     proto.Clone(c.config.GetMetadata()).(*runtimeapi.ContainerMetadata),
+		Image:        proto.Clone(c.config.GetImage()).(*runtimeapi.ImageSpec),
+		ImageRef:     c.imageID,
+		ImageId:      c.imageID,
+		State:        c.state,
+		CreatedAt:    c.createdAt,
+		Labels:       maps.Clone(c.config.GetLabels()),
+		Annotations:  maps.Clone(c.config.GetAnnotations()),
+	}
+}
+
+func (f *FakeRuntime) containerStatusLocked(c *fakeContainer) *runtimeapi.ContainerStatus {
+	st := &runtimeapi.ContainerStatus{
+		Id:          c.id,
+		Metadata:    proto.Clone(c.config.GetMetadata()).(*runtimeapi.ContainerMetadata),
+		State:       c.state,
+		CreatedAt:   c.createdAt,
+		StartedAt:   c.startedAt,
+		FinishedAt:  c.finishedAt,
+		ExitCode:    c.exitCode,
+		Image:       proto.Clone(c.config.GetImage()).(*runtimeapi.ImageSpec),
+		ImageRef:    c.imageID,
+		ImageId:     c.imageID,
+		Reason:      c.reason,
+		Message:     c.message,
+		Labels:      maps.Clone(c.config.GetLabels()),
+		Annotations: maps.Clone(c.config.GetAnnotations()),
+		LogPath:     c.logPath,
+	}
+	for _, m := range c.config.GetMounts() {
+		st.Mounts = append(st.Mounts, proto.Clone(m).(*runtimeapi.Mount))
+	}
+	if r := c.config.GetLinux().GetResources(); r != nil {
+		st.Resources = &runtimeapi.ContainerResources{Linux: proto.Clone(r).(*runtimeapi.LinuxContainerResources)}
+	}
+	return st
+}
+
+// emitLocked fans an event out to GetContainerEvents streams; a subscriber
+// that does not keep up loses events rather than blocking the runtime.
+func (f *FakeRuntime) emitLocked(id, sandboxID string, typ runtimeapi.ContainerEventType) {
+	if len(f.subscribers) == 0 {
+		return
+	}
+	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: f.nowLocked()}
+	if s, ok := f.sandboxes[sandboxID]; ok {
+		ev.PodSandboxStatus = f.sandboxStatusLocked(s)
+		for _, c := range f.sortedContainersLocked() {
+			if c.sandboxID == sandboxID {
+				ev.ContainersStatuses = append(ev.ContainersStatuses, f.containerStatusLocked(c))
+			}
+		}
+	}
+	for ch := range f.subscribers {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+}
+
+func (f *FakeRuntime) sortedContainersLocked() []*fakeContainer {
+	out := slices.Collect(maps.Values(f.containers))
+	slices.SortFunc(out, func(a, b *fakeContainer) int { return cmp.Compare(a.createdAt, b.createdAt) })
+	return out
+}
+
+func labelsMatch(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// --- RuntimeService ---
+
+func (f *FakeRuntime) Version(_ context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return proto.Clone(f.version).(*runtimeapi.VersionResponse), nil
+}
+
+func (f *FakeRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	cfg := req.GetConfig()
+	m := cfg.GetMetadata()
+	if m.GetName() == "" || m.GetNamespace() == "" || m.GetUid() == "" {
+		return nil, status.Error(codes.InvalidArgument, "sandbox config must have metadata name, namespace and uid")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := fmt.Sprintf("sandbox/%s_%s_%s_%d", m.GetName(), m.GetNamespace(), m.GetUid(), m.GetAttempt())
+	if id, ok := f.names[key]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "sandbox name %q is reserved for %s", key, id)
+	}
+	s := &fakeSandbox{
+		id:        newID(),
+		config:    proto.Clone(cfg).(*runtimeapi.PodSandboxConfig),
+		handler:   req.GetRuntimeHandler(),
+		state:     runtimeapi.PodSandboxState_SANDBOX_READY,
+		createdAt: f.nowLocked(),
+		nameKey:   key,
+	}
+	if !hostNetwork(cfg) {
+		s.ip = fmt.Sprintf("10.88.%d.%d", f.nextIP/250, f.nextIP%250+2)
+		f.nextIP++
+	}
+	f.sandboxes[s.id] = s
+	f.names[key] = s.id
+	f.emitLocked(s.id, s.id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	f.emitLocked(s.id, s.id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: s.id}, nil
+}
+
+func (f *FakeRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[req.GetPodSandboxId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "pod sandbox %s not found", req.GetPodSandboxId())
+	}
+	for _, c := range f.sortedContainersLocked() {
+		if c.sandboxID == s.id && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			f.exitLocked(c, 137, "Error")
+		}
+	}
+	if s.state == runtimeapi.PodSandboxState_SANDBOX_READY {
+		s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		f.emitLocked(s.id, s.id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (f *FakeRuntime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[req.GetPodSandboxId()]
+	if !ok {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if s.state == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is still ready: stop it first", s.id)
+	}
+	for _, c := range f.sortedContainersLocked() {
+		if c.sandboxID == s.id {
+			delete(f.containers, c.id)
+			delete(f.names, c.nameKey)
+			f.emitLocked(c.id, s.id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+		}
+	}
+	f.emitLocked(s.id, s.id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+	delete(f.sandboxes, s.id)
+	delete(f.names, s.nameKey)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (f *FakeRuntime) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[req.GetPodSandboxId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "pod sandbox %s not found", req.GetPodSandboxId())
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: f.sandboxStatusLocked(s)}, nil
+}
+
+func (f *FakeRuntime) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	flt := req.GetFilter()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*runtimeapi.PodSandbox, 0, len(f.sandboxes))
+	for _, s := range f.sandboxes {
+		if flt.GetId() != "" && !strings.HasPrefix(s.id, flt.GetId()) {
+			continue
+		}
+		if flt.GetState() != nil && flt.GetState().GetState() != s.state {
+			continue
+		}
+		if !labelsMatch(s.config.GetLabels(), flt.GetLabelSelector()) {
+			continue
+		}
+		out = append(out, &runtimeapi.PodSandbox{
+			Id:             s.id,
+			Metadata:       proto.Clone(s.config.GetMetadata()).(*runtimeapi.PodSandboxMetadata),
+			State:          s.state,
+			CreatedAt:      s.createdAt,
+			Labels:         maps.Clone(s.config.GetLabels()),
+			Annotations:    maps.Clone(s.config.GetAnnotations()),
+			RuntimeHandler: s.handler,
+		})
+	}
+	slices.SortFunc(out, func(a, b *runtimeapi.PodSandbox) int { return cmp.Compare(a.CreatedAt, b.CreatedAt) })
+	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
+}
+
+func (f *FakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	cfg := req.GetConfig()
+	if cfg.GetMetadata().GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "container config must have a metadata name")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[req.GetPodSandboxId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "pod sandbox %s not found", req.GetPodSandboxId())
+	}
+	if s.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready", s.id)
+	}
+	img := f.findImageLocked(cfg.GetImage().GetImage())
+	if img == nil {
+		return nil, status.Errorf(codes.NotFound, "image %q not present: pull it first", cfg.GetImage().GetImage())
+	}
+	key := fmt.Sprintf("container/%s/%s_%d", s.id, cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt())
+	if id, ok := f.names[key]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "container name %q is reserved for %s", key, id)
+	}
+	c := &fakeContainer{
+		id:        newID(),
+		sandboxID: s.id,
+		config:    proto.Clone(cfg).(*runtimeapi.ContainerConfig),
+		imageID:   img.Id,
+		state:     runtimeapi.ContainerState_CONTAINER_CREATED,
+		createdAt: f.nowLocked(),
+		nameKey:   key,
+	}
+	if dir, p := s.config.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
+		c.logPath = filepath.Join(dir, p)
+	}
+	f.containers[c.id] = c
+	f.names[key] = c.id
+	f.emitLocked(c.id, s.id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	return &runtimeapi.CreateContainerResponse{ContainerId: c.id}, nil
+}
+
+func (f *FakeRuntime) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s, not created", c.id, c.state)
+	}
+	if s := f.sandboxes[c.sandboxID]; s == nil || s.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s of container %s is not ready", c.sandboxID, c.id)
+	}
+	c.state = runtimeapi.ContainerState_CONTAINER_RUNNING
+	c.startedAt = f.nowLocked()
+	f.emitLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (f *FakeRuntime) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	// Like containerd, stopping a created or exited container is a no-op.
+	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		f.exitLocked(c, 137, "Error")
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *FakeRuntime) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return &runtimeapi.RemoveContainerResponse{}, nil
+	}
+	if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is running: stop it first", c.id)
+	}
+	f.emitLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+	delete(f.containers, c.id)
+	delete(f.names, c.nameKey)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (f *FakeRuntime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	flt := req.GetFilter()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*runtimeapi.Container, 0, len(f.containers))
+	for _, c := range f.sortedContainersLocked() {
+		if flt.GetId() != "" && !strings.HasPrefix(c.id, flt.GetId()) {
+			continue
+		}
+		if flt.GetPodSandboxId() != "" && !strings.HasPrefix(c.sandboxID, flt.GetPodSandboxId()) {
+			continue
+		}
+		if flt.GetState() != nil && flt.GetState().GetState() != c.state {
+			continue
+		}
+		if !labelsMatch(c.config.GetLabels(), flt.GetLabelSelector()) {
+			continue
+		}
+		out = append(out, f.containerLocked(c))
+	}
+	return &runtimeapi.ListContainersResponse{Containers: out}, nil
+}
+
+func (f *FakeRuntime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: f.containerStatusLocked(c)}, nil
+}
+
+func (f *FakeRuntime) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	if c.state == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s has exited", c.id)
+	}
+	if req.GetLinux() != nil {
+		if c.config.Linux == nil {
+			c.config.Linux = &runtimeapi.LinuxContainerConfig{}
+		}
+		c.config.Linux.Resources = proto.Clone(req.GetLinux()).(*runtimeapi.LinuxContainerResources)
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+func (f *FakeRuntime) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
+	}
+	return &runtimeapi.ReopenContainerLogResponse{}, nil
+}
+
+func (f *FakeRuntime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	f.mu.Lock()
+	c, ok := f.containers[req.GetContainerId()]
+	fn := f.execFn
+	running := ok && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	if !running {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", req.GetContainerId())
+	}
+	if fn == nil {
+		return &runtimeapi.ExecSyncResponse{}, nil
+	}
+	stdout, stderr, code := fn(req.GetContainerId(), req.GetCmd())
+	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: code}, nil
+}
+
+func (f *FakeRuntime) UpdateRuntimeConfig(_ context.Context, _ *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+func (f *FakeRuntime) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := &runtimeapi.RuntimeStatus{}
+	for _, k := range slices.Sorted(maps.Keys(f.conditions)) {
+		st.Conditions = append(st.Conditions, proto.Clone(f.conditions[k]).(*runtimeapi.RuntimeCondition))
+	}
+	return &runtimeapi.StatusResponse{Status: st}, nil
+}
+
+func (f *FakeRuntime) RuntimeConfig(_ context.Context, _ *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS}}, nil
+}
+
+func (f *FakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
+	ch := make(chan *runtimeapi.ContainerEventResponse, 1000)
+	f.mu.Lock()
+	f.subscribers[ch] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.subscribers, ch)
+		f.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// --- ImageService ---
+
+func (f *FakeRuntime) ListImages(_ context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var want *runtimeapi.Image
+	if ref := req.GetFilter().GetImage().GetImage(); ref != "" {
+		if want = f.findImageLocked(ref); want == nil {
+			return &runtimeapi.ListImagesResponse{}, nil
+		}
+	}
+	var out []*runtimeapi.Image
+	for _, id := range slices.Sorted(maps.Keys(f.images)) {
+		if want == nil || want.Id == id {
+			out = append(out, proto.Clone(f.images[id]).(*runtimeapi.Image))
+		}
+	}
+	return &runtimeapi.ListImagesResponse{Images: out}, nil
+}
+
+func (f *FakeRuntime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	img := f.findImageLocked(req.GetImage().GetImage())
+	if img == nil {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: proto.Clone(img).(*runtimeapi.Image)}, nil
+}
+
+func (f *FakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, status.Error(codes.InvalidArgument, "image reference is empty")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &runtimeapi.PullImageResponse{ImageRef: f.addImageLocked(ref).Id}, nil
+}
+
+func (f *FakeRuntime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Like containerd, removing by one tag drops every tag of the image.
+	if img := f.findImageLocked(req.GetImage().GetImage()); img != nil {
+		delete(f.images, img.Id)
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+func (f *FakeRuntime) ImageFsInfo(_ context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var used uint64
+	for _, img := range f.images {
+		used += img.Size
+	}
+	now := f.nowLocked()
+	return &runtimeapi.ImageFsInfoResponse{
+		ImageFilesystems: []*runtimeapi.FilesystemUsage{{
+			Timestamp:  now,
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: filepath.Join(f.dir, "images")},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: used},
+			InodesUsed: &runtimeapi.UInt64Value{Value: uint64(len(f.images))},
+		}},
+		ContainerFilesystems: []*runtimeapi.FilesystemUsage{{
+			Timestamp:  now,
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: filepath.Join(f.dir, "containers")},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: 0},
+			InodesUsed: &runtimeapi.UInt64Value{Value: 0},
+		}},
+	}, nil
+}

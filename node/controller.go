@@ -1,0 +1,333 @@
+// Package node owns the Node object of this machine: the machine facts, registration, the
+// periodic status update (capacity/allocatable, nodeInfo, addresses, conditions) and the
+// Lease heartbeat in kube-node-lease.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+)
+
+// Upstream defaults, applied when the configuration leaves a field zero.
+const (
+	defaultMaxPods             = 110
+	defaultUpdateFrequency     = 10 * time.Second
+	defaultReportFrequency     = 5 * time.Minute
+	defaultLeaseDuration       = 40 * time.Second
+	defaultKubeletPort         = 10250
+	defaultNodeStatusMaxImages = 50
+
+	nodeStatusUpdateRetry        = 5
+	leaseRenewIntervalFraction   = 0.25
+	jitterFactor                 = 0.04
+	maxLeaseUpdateRetries        = 5
+	maxNamesPerImageInNodeStatus = 5
+	initialBackoff               = 100 * time.Millisecond
+	maxBackoff                   = 7 * time.Second
+	runtimeAPIVersion            = "0.1.0"
+	nodeLeaseNamespace           = "kube-node-lease"
+)
+
+// Config is what the controller needs from the command line and the KubeletConfiguration.
+type Config struct {
+	NodeName string
+	// Hostname is the machine's hostname (after --hostname-override): the Hostname address and
+	// the kubernetes.io/hostname label. Empty means NodeName.
+	Hostname string
+	// NodeIPs is --node-ip; empty means detect. An unspecified address (0.0.0.0 or ::) means
+	// detect an address of that family.
+	NodeIPs []net.IP
+	Labels  map[string]string // --node-labels, applied at registration
+	Kubelet *kubeletconfigv1beta1.KubeletConfiguration
+	RootDir string // its filesystem sizes ephemeral-storage
+	Version string // nodeInfo.kubeletVersion
+}
+
+// Runtime is the part of the CRI runtime service the controller uses.
+type Runtime interface {
+	Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error)
+}
+
+// ImageLister is the part of the CRI image service used to report node images.
+type ImageLister interface {
+	ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error)
+}
+
+// ReadinessFunc returns the reasons the node is not ready (PLEG unhealthy, runtime down,
+// shutting down, ...); none means ready.
+type ReadinessFunc func() []string
+
+// Pressure is the node pressure seen by the eviction manager.
+type Pressure struct {
+	Memory bool
+	Disk   bool
+	PID    bool
+}
+
+// Option customises a Controller.
+type Option func(*Controller)
+
+// WithPressure sets the source of the pressure conditions; without it no pressure is reported.
+func WithPressure(f func() Pressure) Option { return func(c *Controller) { c.pressure = f } }
+
+// WithEventRecorder records NodeReady/NodeNotReady/NodeHas... events on condition changes.
+func WithEventRecorder(r record.EventRecorder) Option { return func(c *Controller) { c.recorder = r } }
+
+// WithImageLister reports the runtime's images in status.images (largest first, capped at
+// nodeStatusMaxImages).
+func WithImageLister(l ImageLister) Option { return func(c *Controller) { c.images = l } }
+
+// WithMachineInfo uses the given machine facts instead of reading the host.
+func WithMachineInfo(mi MachineInfo) Option {
+	return func(c *Controller) { c.machine = mi; c.machineSet = true }
+}
+
+// WithOnRepeatedHeartbeatFailure is called when a lease renewal or status update fails more
+// than once in a row (the lead closes the heartbeat client's idle connections there).
+func WithOnRepeatedHeartbeatFailure(f func()) Option {
+	return func(c *Controller) { c.onHeartbeatFailure = f }
+}
+
+// Controller registers the Node and keeps its status and Lease fresh.
+type Controller struct {
+	client, heartbeat kubernetes.Interface
+	cfg               Config
+	rt                Runtime
+	ready             ReadinessFunc
+	clk               clock.Clock
+
+	pressure           func() Pressure
+	recorder           record.EventRecorder
+	images             ImageLister
+	onHeartbeatFailure func()
+
+	machine               MachineInfo
+	machineSet            bool
+	capacity, allocatable v1.ResourceList
+	registerNode          bool
+	taints                []v1.Taint
+	providerID            string
+	port                  int32
+	maxImages             int32
+	updateFrequency       time.Duration
+	reportFrequency       time.Duration
+	leaseDuration         time.Duration
+
+	// Address detection; replaced in tests.
+	lookupIP       func(host string) ([]net.IP, error)
+	interfaceAddrs func() ([]net.Addr, error)
+	defaultRouteIP func() (net.IP, error)
+
+	trigger chan struct{}
+
+	mu             sync.Mutex
+	node           *v1.Node
+	registered     bool
+	lastReport     time.Time
+	runtimeVersion string
+
+	// latestLease is touched only by the lease loop.
+	latestLease *coordinationv1.Lease
+}
+
+// New builds a Controller. client may be nil (standalone: no registration, no status, no
+// lease; Capacity and Allocatable still work). heartbeatClient may be nil to use client.
+func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, ready ReadinessFunc, clk clock.Clock, opts ...Option) (*Controller, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("creating node controller: empty node name")
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = cfg.NodeName
+	}
+	kc := cfg.Kubelet
+	if kc == nil {
+		kc = &kubeletconfigv1beta1.KubeletConfiguration{}
+	}
+	if heartbeatClient == nil {
+		heartbeatClient = client
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	c := &Controller{
+		client:          client,
+		heartbeat:       heartbeatClient,
+		cfg:             cfg,
+		rt:              rt,
+		ready:           ready,
+		clk:             clk,
+		registerNode:    kc.RegisterNode == nil || *kc.RegisterNode,
+		taints:          kc.RegisterWithTaints,
+		providerID:      kc.ProviderID,
+		port:            orDefault(kc.Port, defaultKubeletPort),
+		maxImages:       defaultNodeStatusMaxImages,
+		updateFrequency: orDefault(kc.NodeStatusUpdateFrequency.Duration, defaultUpdateFrequency),
+		reportFrequency: orDefault(kc.NodeStatusReportFrequency.Duration, defaultReportFrequency),
+		leaseDuration:   orDefault(time.Duration(kc.NodeLeaseDurationSeconds)*time.Second, defaultLeaseDuration),
+		lookupIP:        net.LookupIP,
+		interfaceAddrs:  net.InterfaceAddrs,
+		defaultRouteIP:  chooseHostInterface,
+		trigger:         make(chan struct{}, 1),
+	}
+	if kc.NodeStatusMaxImages != nil {
+		c.maxImages = *kc.NodeStatusMaxImages
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if !c.machineSet {
+		mi, err := ReadMachineInfo(cfg.RootDir)
+		if err != nil {
+			return nil, fmt.Errorf("creating node controller: %w", err)
+		}
+		c.machine = mi
+	}
+
+	kubeReserved, err := parseReserved("kubeReserved", kc.KubeReserved)
+	if err != nil {
+		return nil, fmt.Errorf("creating node controller: %w", err)
+	}
+	systemReserved, err := parseReserved("systemReserved", kc.SystemReserved)
+	if err != nil {
+		return nil, fmt.Errorf("creating node controller: %w", err)
+	}
+	if kc.ReservedSystemCPUs != "" {
+		// Upstream: reservedSystemCPUs replaces systemReserved's cpu with the size of that set.
+		cpus, err := parseCPUList(kc.ReservedSystemCPUs)
+		if err != nil {
+			return nil, fmt.Errorf("creating node controller: reservedSystemCPUs: %w", err)
+		}
+		systemReserved[v1.ResourceCPU] = *newCPUQuantity(countUnique(cpus))
+	}
+	eviction, err := parseEvictionHard(kc.EvictionHard)
+	if err != nil {
+		return nil, fmt.Errorf("creating node controller: %w", err)
+	}
+	c.capacity = computeCapacity(c.machine, orDefault(kc.MaxPods, defaultMaxPods), kc.PodsPerCore)
+	c.allocatable = computeAllocatable(c.capacity, computeReservation(c.capacity, kubeReserved, systemReserved, eviction))
+	return c, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func countUnique(xs []int) int {
+	seen := map[int]struct{}{}
+	for _, x := range xs {
+		seen[x] = struct{}{}
+	}
+	return len(seen)
+}
+
+// Node returns a copy of the last Node object seen from the API server; nil before
+// registration (or before the first status update when registerNode is false).
+func (c *Controller) Node() *v1.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.node == nil {
+		return nil
+	}
+	return c.node.DeepCopy()
+}
+
+func (c *Controller) setNode(n *v1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.node = n.DeepCopy()
+}
+
+// Capacity is the node capacity computed from the machine facts.
+func (c *Controller) Capacity() v1.ResourceList { return c.capacity.DeepCopy() }
+
+// Allocatable is capacity minus kubeReserved, systemReserved and hard eviction thresholds.
+func (c *Controller) Allocatable() v1.ResourceList { return c.allocatable.DeepCopy() }
+
+// MachineInfo returns the machine facts in use.
+func (c *Controller) MachineInfo() MachineInfo { return c.machine }
+
+// TriggerStatusUpdate asks the status loop for an update now (readiness changed).
+func (c *Controller) TriggerStatusUpdate() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the status loop and the lease loop until ctx is done. It registers the Node first
+// if Register has not succeeded yet. Without a client it only waits for ctx.
+func (c *Controller) Run(ctx context.Context) {
+	if c.client == nil {
+		<-ctx.Done()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { c.runLease(ctx) })
+	wg.Go(func() { c.runStatus(ctx) })
+	wg.Wait()
+}
+
+func (c *Controller) runStatus(ctx context.Context) {
+	for {
+		if err := c.Register(ctx); err != nil {
+			return // ctx done
+		}
+		if err := c.updateNodeStatus(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Unable to update node status", "node", c.cfg.NodeName)
+		}
+		t := c.clk.NewTimer(jitter(c.updateFrequency))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-c.trigger:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+func (c *Controller) runLease(ctx context.Context) {
+	interval := time.Duration(float64(c.leaseDuration) * leaseRenewIntervalFraction)
+	for {
+		c.syncLease(ctx)
+		t := c.clk.NewTimer(jitter(interval))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// sleep waits d on the injected clock; false when ctx ended first.
+func (c *Controller) sleep(ctx context.Context, d time.Duration) bool {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration { return min(2*d, maxBackoff) }

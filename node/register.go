@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// Upstream still sets the deprecated beta OS/arch labels next to the GA ones.
+	betaLabelOS   = "beta.kubernetes.io/os"
+	betaLabelArch = "beta.kubernetes.io/arch"
+	// Tells the attach/detach controller that it, not the node agent, attaches volumes here.
+	controllerAttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+)
+
+// defaultLabels are the labels this agent owns and reconciles on an existing Node.
+func (c *Controller) defaultLabels() map[string]string {
+	return map[string]string{
+		v1.LabelHostname:   c.cfg.Hostname,
+		v1.LabelOSStable:   runtime.GOOS,
+		v1.LabelArchStable: runtime.GOARCH,
+		betaLabelOS:        runtime.GOOS,
+		betaLabelArch:      runtime.GOARCH,
+	}
+}
+
+// initialNode is the Node this agent would create: labels, taints, providerID and status.
+func (c *Controller) initialNode(ctx context.Context) (*v1.Node, []conditionEvent) {
+	labels := map[string]string{}
+	for k, v := range c.cfg.Labels {
+		labels[k] = v
+	}
+	for k, v := range c.defaultLabels() {
+		labels[k] = v
+	}
+	n := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        c.cfg.NodeName,
+			Labels:      labels,
+			Annotations: map[string]string{controllerAttachDetachAnnotation: "true"},
+		},
+		Spec: v1.NodeSpec{ProviderID: c.providerID},
+	}
+	for _, t := range c.taints {
+		n.Spec.Taints = append(n.Spec.Taints, *t.DeepCopy())
+	}
+	events := c.setNodeStatus(ctx, n)
+	return n, events
+}
+
+func (c *Controller) isRegistered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.registered
+}
+
+// Register creates the Node, or reconciles an existing one, retrying with back-off (100ms
+// doubling to 7s) until it succeeds or ctx is done. It does nothing without a client, when
+// registerNode is false, or once it has succeeded.
+func (c *Controller) Register(ctx context.Context) error {
+	if c.client == nil || !c.registerNode || c.isRegistered() {
+		return nil
+	}
+	backoff := initialBackoff
+	for {
+		err := c.tryRegister(ctx)
+		if err == nil {
+			c.mu.Lock()
+			c.registered = true
+			c.mu.Unlock()
+			klog.InfoS("Successfully registered node", "node", c.cfg.NodeName)
+			return nil
+		}
+		klog.ErrorS(err, "Unable to register node with API server", "node", c.cfg.NodeName, "retryIn", backoff)
+		if !c.sleep(ctx, backoff) {
+			return fmt.Errorf("registering node %q: %w", c.cfg.NodeName, ctx.Err())
+		}
+		backoff = nextBackoff(backoff)
+	}
+}
+
+func (c *Controller) tryRegister(ctx context.Context) error {
+	node, events := c.initialNode(ctx)
+	created, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err == nil {
+		c.reported(created, events)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating node %q: %w", c.cfg.NodeName, err)
+	}
+
+	existing, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting existing node %q: %w", c.cfg.NodeName, err)
+	}
+	// Reconcile what we own (default labels, attach/detach annotation); --node-labels,
+	// taints and spec stay as the cluster has them, as upstream does.
+	updated := existing.DeepCopy()
+	if updated.Labels == nil {
+		updated.Labels = map[string]string{}
+	}
+	for k, v := range c.defaultLabels() {
+		updated.Labels[k] = v
+	}
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	updated.Annotations[controllerAttachDetachAnnotation] = "true"
+	events = c.setNodeStatus(ctx, updated)
+	stored, err := c.patchNodeStatus(ctx, existing, updated)
+	if err != nil {
+		return fmt.Errorf("reconciling existing node: %w", err)
+	}
+	c.reported(stored, events)
+	return nil
+}
+
+// reported records that n (with its status) is now stored in the API server.
+func (c *Controller) reported(n *v1.Node, events []conditionEvent) {
+	c.mu.Lock()
+	c.lastReport = c.clk.Now()
+	c.mu.Unlock()
+	c.setNode(n)
+	c.recordEvents(events)
+}

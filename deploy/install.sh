@@ -17,7 +17,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 binary="_output/nodelet"
 prefix=""
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -32,6 +32,10 @@ done
 # A prefix of "/" is the real root; strip the slash so paths do not double.
 prefix="${prefix%/}"
 
+# The default is relative to the repository root, wherever this is run from.
+if [ ! -f "$binary" ] && [ "$binary" = "_output/nodelet" ] && [ -f "$here/../_output/nodelet" ]; then
+	binary="$here/../_output/nodelet"
+fi
 if [ ! -f "$binary" ]; then
 	echo "install.sh: binary $binary not found (build it first, or pass --binary)" >&2
 	exit 1

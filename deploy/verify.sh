@@ -43,6 +43,10 @@ for f in nodelet.service nodelet.service.d/10-nodelet.conf; do
 	cmp -s "$here/${f#nodelet.service.d/}" "$unit_dir/$f" || { echo "verify.sh: $f not installed" >&2; exit 1; }
 done
 [ -f "$root/fs/var/lib/kubelet/config.yaml" ] || { echo "verify.sh: sample config not installed" >&2; exit 1; }
+# A second install must keep the operator's config file.
+echo "# operator's own" >>"$root/fs/var/lib/kubelet/config.yaml"
+"$here/install.sh" --binary "$binary" --prefix "$root/fs" >/dev/null
+grep -q "operator's own" "$root/fs/var/lib/kubelet/config.yaml" || { echo "verify.sh: install.sh overwrote an existing config" >&2; exit 1; }
 
 # --root makes systemd-analyze resolve the unit, its drop-in directory and
 # ExecStart=/usr/local/bin/nodelet inside the temporary install. The units

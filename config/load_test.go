@@ -393,6 +393,8 @@ cpuManagerReconcilePeriod: 0s
 		{"explicit zero kept", kc.CPUManagerReconcilePeriod.Duration, time.Duration(0)},
 		{"true default not clobbered", kc.CPUCFSQuotaPeriod.Duration, 100 * time.Millisecond},
 		{"file-mode default kept", kc.Authentication.Webhook.CacheTTL.Duration, 2 * time.Minute},
+		{"unmentioned default kept", kc.SyncFrequency.Duration, time.Minute},
+		{"evictionHard defaults kept", kc.EvictionHard, defaultEvictionHard()},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -441,6 +443,13 @@ func TestLoadConfigDirWithoutConfigFile(t *testing.T) {
 	// Without --config the flags-only (legacy) defaults are the base.
 	if kc.ReadOnlyPort != 10255 {
 		t.Errorf("readOnlyPort = %d, want legacy 10255", kc.ReadOnlyPort)
+	}
+	// A later drop-in's explicit zeros win over earlier values and defaults.
+	writeFile(t, dir, "20.conf", header+"readOnlyPort: 0\nhealthzPort: 0\nresolvConf: \"\"\n")
+	kc = mustLoad(t, "--config-dir", dir).Config
+	if kc.ReadOnlyPort != 0 || *kc.HealthzPort != 0 || *kc.ResolverConfig != "" || kc.MaxPods != 12 {
+		t.Errorf("explicit zeros lost: readOnlyPort=%d healthzPort=%d resolvConf=%q maxPods=%d",
+			kc.ReadOnlyPort, *kc.HealthzPort, *kc.ResolverConfig, kc.MaxPods)
 	}
 }
 

@@ -27,7 +27,8 @@ import (
 
 // Options is everything nodelet takes from its command line and config files.
 type Options struct {
-	// Config is merged, defaulted and validated.
+	// Config is merged, defaulted and validated. It is nil when ShowVersion
+	// is set: --version short-circuits loading, as upstream.
 	Config *kubeletconfigv1beta1.KubeletConfiguration
 
 	ConfigFile, ConfigDir                             string

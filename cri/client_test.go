@@ -449,7 +449,10 @@ func TestTimeouts(t *testing.T) {
 				return err
 			}, codes.OK},
 		{"ExecSync uses its own timeout", "ExecSync", 500 * time.Millisecond,
-			func(c *Client, _, ctr string) error { _, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 2*time.Second); return err }, codes.OK},
+			func(c *Client, _, ctr string) error {
+				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 2*time.Second)
+				return err
+			}, codes.OK},
 		{"ExecSync over its own timeout fails", "ExecSync", time.Second,
 			func(c *Client, _, ctr string) error {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 100*time.Millisecond)

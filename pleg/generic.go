@@ -349,12 +349,16 @@ func (g *Generic) Relist(ctx context.Context) {
 	if err != nil {
 		// Leave relistTime alone: a runtime that keeps failing must turn the
 		// PLEG unhealthy.
-		klog.ErrorS(err, "PLEG relist: listing pod sandboxes failed")
+		if ctx.Err() == nil {
+			klog.ErrorS(err, "PLEG relist: listing pod sandboxes failed")
+		}
 		return
 	}
 	containers, err := g.rt.ListContainers(ctx, nil)
 	if err != nil {
-		klog.ErrorS(err, "PLEG relist: listing containers failed")
+		if ctx.Err() == nil {
+			klog.ErrorS(err, "PLEG relist: listing containers failed")
+		}
 		return
 	}
 	g.mu.Lock()

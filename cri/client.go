@@ -108,6 +108,12 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 		_ = c.Close(ctx)
 		return nil, err
 	}
+	if imageEndpoint != runtimeEndpoint {
+		if err := c.validateImage(ctx); err != nil {
+			_ = c.Close(ctx)
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -193,6 +199,23 @@ func (c *Client) validateRuntime(ctx context.Context) error {
 	}
 	klog.InfoS("Connected to container runtime", "endpoint", c.runtimeEndpoint, "runtimeName", resp.GetRuntimeName(),
 		"runtimeVersion", resp.GetRuntimeVersion(), "apiVersion", resp.GetRuntimeApiVersion())
+	return nil
+}
+
+// validateImage checks a separate image service: it has no Version call, so
+// ImageFsInfo (which every CRI v1 image service serves) stands in.
+func (c *Client) validateImage(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	_, err := c.image.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return fmt.Errorf("image service at %s does not speak CRI v1 (runtime.v1.ImageService is not served): upgrade containerd to >= 1.6: %w", c.imageEndpoint, err)
+	case status.Code(err) == codes.Unavailable:
+		return fmt.Errorf("cannot reach the image service at %s: is containerd running? %w", c.imageEndpoint, err)
+	case err != nil:
+		return fmt.Errorf("checking the image service at %s: %w", c.imageEndpoint, err)
+	}
 	return nil
 }
 

@@ -163,6 +163,15 @@ func TestSeparateImageEndpoint(t *testing.T) {
 	if calls := rt.Calls(); strings.Contains(strings.Join(calls, ","), "ListImages") {
 		t.Errorf("image call went to the runtime endpoint: %v", calls)
 	}
+	if calls := img.Calls(); len(calls) == 0 || calls[0] != "ImageFsInfo" {
+		t.Errorf("image endpoint not validated at construction: %v", calls)
+	}
+
+	img.InjectError("ImageFsInfo", status.Error(codes.Unimplemented, "unknown service runtime.v1.ImageService"))
+	_, err = New(context.Background(), rt.Endpoint(), img.Endpoint(), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "image service at "+img.Endpoint()+" does not speak CRI v1") {
+		t.Errorf("New with a v1alpha2 image service = %v", err)
+	}
 }
 
 func TestLifecycle(t *testing.T) {
@@ -417,7 +426,8 @@ func TestNotFound(t *testing.T) {
 
 func TestTimeouts(t *testing.T) {
 	ctx := context.Background()
-	const timeout = 200 * time.Millisecond
+	// Generous margins: the machine is shared and tests run under -race.
+	const timeout = 500 * time.Millisecond
 	tests := []struct {
 		name     string
 		method   string
@@ -425,35 +435,35 @@ func TestTimeouts(t *testing.T) {
 		call     func(c *Client, sb, ctr string) error
 		wantCode codes.Code
 	}{
-		{"unary call over timeout fails", "ListContainers", time.Second,
+		{"unary call over timeout fails", "ListContainers", 2 * time.Second,
 			func(c *Client, _, _ string) error { _, err := c.ListContainers(ctx, nil); return err }, codes.DeadlineExceeded},
-		{"status over timeout fails", "ContainerStatus", time.Second,
+		{"status over timeout fails", "ContainerStatus", 2 * time.Second,
 			func(c *Client, _, ctr string) error { _, err := c.ContainerStatus(ctx, ctr, false); return err }, codes.DeadlineExceeded},
-		{"RunPodSandbox gets twice the timeout", "RunPodSandbox", 300 * time.Millisecond,
+		{"RunPodSandbox gets twice the timeout", "RunPodSandbox", 700 * time.Millisecond,
 			func(c *Client, _, _ string) error {
 				_, err := c.RunPodSandbox(ctx, sandboxConfig("other", "u2", false), "")
 				return err
 			}, codes.OK},
-		{"RunPodSandbox beyond twice the timeout fails", "RunPodSandbox", time.Second,
+		{"RunPodSandbox beyond twice the timeout fails", "RunPodSandbox", 3 * time.Second,
 			func(c *Client, _, _ string) error {
 				_, err := c.RunPodSandbox(ctx, sandboxConfig("other", "u2", false), "")
 				return err
 			}, codes.DeadlineExceeded},
-		{"StopContainer gets timeout plus grace", "StopContainer", 500 * time.Millisecond,
-			func(c *Client, _, ctr string) error { return c.StopContainer(ctx, ctr, 1) }, codes.OK},
-		{"StopContainer without grace gets the timeout", "StopContainer", 500 * time.Millisecond,
+		{"StopContainer gets timeout plus grace", "StopContainer", time.Second,
+			func(c *Client, _, ctr string) error { return c.StopContainer(ctx, ctr, 2) }, codes.OK},
+		{"StopContainer without grace gets the timeout", "StopContainer", 2 * time.Second,
 			func(c *Client, _, ctr string) error { return c.StopContainer(ctx, ctr, 0) }, codes.DeadlineExceeded},
-		{"PullImage has no timeout", "PullImage", 500 * time.Millisecond,
+		{"PullImage has no timeout", "PullImage", time.Second,
 			func(c *Client, _, _ string) error {
 				_, err := c.PullImage(ctx, &runtimeapi.ImageSpec{Image: "x/y:z"}, nil, nil)
 				return err
 			}, codes.OK},
-		{"ExecSync uses its own timeout", "ExecSync", 500 * time.Millisecond,
+		{"ExecSync uses its own timeout", "ExecSync", time.Second,
 			func(c *Client, _, ctr string) error {
-				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 2*time.Second)
+				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 3*time.Second)
 				return err
 			}, codes.OK},
-		{"ExecSync over its own timeout fails", "ExecSync", time.Second,
+		{"ExecSync over its own timeout fails", "ExecSync", 2 * time.Second,
 			func(c *Client, _, ctr string) error {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 100*time.Millisecond)
 				return err

@@ -366,6 +366,9 @@ func (g *Generic) Relist(ctx context.Context) {
 	g.mu.Unlock()
 
 	current := group(sandboxes, containers)
+	if g.metrics != nil {
+		g.metrics.setRunning(current)
+	}
 
 	eventsByPod := map[types.UID][]*Event{}
 	for uid, cur := range current {

@@ -354,7 +354,7 @@ func TestHealthy(t *testing.T) {
 
 func TestHungRuntimeTurnsUnhealthy(t *testing.T) {
 	f := cri.NewFakeRuntime(t)
-	c, err := cri.New(context.Background(), f.Endpoint(), "", 100*time.Millisecond)
+	c, err := cri.New(context.Background(), f.Endpoint(), "", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestHungRuntimeTurnsUnhealthy(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	g := NewGeneric(c, NewCache(clk), time.Second, time.Minute, clk)
 	g.Relist(context.Background())
-	f.SetDelay("ListContainers", time.Second) // longer than the client timeout
+	f.SetDelay("ListContainers", 2*time.Second) // longer than the client timeout
 	clk.Step(61 * time.Second)
 	g.Relist(context.Background())
 	if err := g.Healthy(); err == nil || !strings.Contains(err.Error(), "last seen active 1m1s ago") {
@@ -408,6 +408,12 @@ kubelet_pleg_relist_interval_seconds_sum 2
 kubelet_pleg_relist_interval_seconds_count 1
 `), "kubelet_pleg_relist_interval_seconds"); err != nil {
 		t.Error(err)
+	}
+	if got := testutil.ToFloat64(h.pleg.metrics.runningPods); got != 1 {
+		t.Errorf("kubelet_running_pods = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.pleg.metrics.runningContainers.WithLabelValues("running")); got != 2 {
+		t.Errorf("kubelet_running_containers{running} = %v, want 2", got)
 	}
 	_ = h.pleg.Healthy()
 	if got := testutil.ToFloat64(h.pleg.metrics.lastSeen); got != float64(h.clock.Now().Unix()) {

@@ -115,8 +115,9 @@ type Generic struct {
 	reinspect map[types.UID]bool
 	lastStart time.Time
 
-	mu         sync.Mutex // guards relistTime and seen (read by Healthy/Pods)
+	mu         sync.Mutex // guards the fields below (read by Healthy/Pods/RelistError)
 	relistTime time.Time
+	relistErr  error
 	seen       []*podSnapshot
 }
 
@@ -323,6 +324,27 @@ func diff(uid types.UID, old, cur *podSnapshot) []*Event {
 	return evs
 }
 
+func (g *Generic) list(ctx context.Context) ([]*runtimeapi.PodSandbox, []*runtimeapi.Container, error) {
+	sandboxes, err := g.rt.ListPodSandbox(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relist: %w", err)
+	}
+	containers, err := g.rt.ListContainers(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relist: %w", err)
+	}
+	return sandboxes, containers, nil
+}
+
+// RelistError returns why the last relist could not list the runtime, or nil
+// if it could. Next to an unhealthy Healthy() it tells a failing or slow
+// runtime (an error here) from a relist loop that is not running at all (nil).
+func (g *Generic) RelistError() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.relistErr
+}
+
 type inspection struct {
 	uid    types.UID
 	status *PodStatus
@@ -345,25 +367,21 @@ func (g *Generic) Relist(ctx context.Context) {
 	}
 	g.lastStart = start
 
-	sandboxes, err := g.rt.ListPodSandbox(ctx, nil)
+	sandboxes, containers, err := g.list(ctx)
+	g.mu.Lock()
+	g.relistErr = err
+	if err == nil {
+		g.relistTime = start
+	}
+	g.mu.Unlock()
 	if err != nil {
-		// Leave relistTime alone: a runtime that keeps failing must turn the
+		// relistTime stays put: a runtime that keeps failing must turn the
 		// PLEG unhealthy.
 		if ctx.Err() == nil {
-			klog.ErrorS(err, "PLEG relist: listing pod sandboxes failed")
+			klog.ErrorS(err, "PLEG relist failed")
 		}
 		return
 	}
-	containers, err := g.rt.ListContainers(ctx, nil)
-	if err != nil {
-		if ctx.Err() == nil {
-			klog.ErrorS(err, "PLEG relist: listing containers failed")
-		}
-		return
-	}
-	g.mu.Lock()
-	g.relistTime = start
-	g.mu.Unlock()
 
 	current := group(sandboxes, containers)
 	if g.metrics != nil {

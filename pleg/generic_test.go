@@ -21,6 +21,8 @@ import (
 
 const image = "registry.local/pause:1"
 
+var _ Runtime = (*cri.Client)(nil)
+
 type harness struct {
 	t     testing.TB
 	fake  *cri.FakeRuntime
@@ -346,9 +348,15 @@ func TestHealthy(t *testing.T) {
 	if want := "pleg was last seen active 3m1s ago; threshold is 3m0s"; err == nil || err.Error() != want {
 		t.Errorf("after a failed relist: %v, want %q", err, want)
 	}
+	if err := h.pleg.RelistError(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "listing pod sandboxes") {
+		t.Errorf("RelistError = %v, want the listing error", err)
+	}
 	h.pleg.Relist(ctx)
 	if err := h.pleg.Healthy(); err != nil {
 		t.Errorf("after a good relist: %v", err)
+	}
+	if err := h.pleg.RelistError(); err != nil {
+		t.Errorf("RelistError after a good relist = %v", err)
 	}
 }
 
@@ -522,6 +530,25 @@ func TestStartLoop(t *testing.T) {
 	h.clock.Step(time.Second)
 	if ev := wait(); ev != (Event{"u", ContainerStarted, c}) {
 		t.Errorf("second event = %v", ev)
+	}
+	// The cache holds what an event announces by the time it is received.
+	if st, _ := h.cache.Get("u"); len(st.Containers) != 1 || st.Containers[0].Id != c {
+		t.Errorf("cache behind the event: %+v", st)
+	}
+	// A forced relist may run while the loop's does; they serialize.
+	h.fake.ExitContainer(c, 0, "")
+	go h.pleg.Relist(ctx)
+	for !h.clock.HasWaiters() && time.Now().Before(deadline.Add(5*time.Second)) {
+		time.Sleep(time.Millisecond)
+	}
+	h.clock.Step(time.Second)
+	if ev := wait(); ev != (Event{"u", ContainerDied, c}) {
+		t.Errorf("third event = %v", ev)
+	}
+	select {
+	case ev := <-h.pleg.Watch():
+		t.Errorf("duplicate event from concurrent relists: %v", ev)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 

@@ -145,21 +145,20 @@ func NewGeneric(rt Runtime, cache *Cache, relistPeriod, relistThreshold time.Dur
 // Watch returns the event channel. There is one channel: all readers share it.
 func (g *Generic) Watch() <-chan *Event { return g.events }
 
-// Start relists in the background every period until ctx is done. It returns
-// at once.
+// Start relists every period (measured from the end of one relist to the
+// start of the next, as upstream) until ctx is done. It blocks: run it in a
+// goroutine; it returns once the last relist has finished.
 func (g *Generic) Start(ctx context.Context) {
-	go func() {
-		for {
-			g.Relist(ctx)
-			t := g.clock.NewTimer(g.period)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C():
-			}
+	for {
+		g.Relist(ctx)
+		t := g.clock.NewTimer(g.period)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
 		}
-	}()
+	}
 }
 
 // Healthy returns an error when no relist succeeded within the threshold.

@@ -508,7 +508,8 @@ func TestStartLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sb := h.runPod("u")
-	h.pleg.Start(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); h.pleg.Start(ctx) }()
 	wait := func() Event {
 		select {
 		case ev := <-h.pleg.Watch():
@@ -549,6 +550,12 @@ func TestStartLoop(t *testing.T) {
 	case ev := <-h.pleg.Watch():
 		t.Errorf("duplicate event from concurrent relists: %v", ev)
 	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start did not return after ctx was cancelled")
 	}
 }
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test-all.sh: the one test command (`sudo hack/test-all.sh`; CI runs it through .ci/run).
+#   install-deps -> build-bins -> gofmt/go vet -> go test -race ./... -> build cmd/nodelet
+#   -> rig up (fresh) -> e2e tests -> rig down (always, on exit).
+# Exits non-zero on the first failure. Env: KEEP_RIG=1 leaves the rig up at the end;
+# E2E_RUN=<regexp> limits the e2e tests; SKIP_E2E=1 stops after the unit tests.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+export PATH=/usr/local/go/bin:$PATH
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+export RIG_DIR=${RIG_DIR:-/var/lib/nodelet-rig}
+export NODELET_RIG_ENV=$RIG_DIR/rig.env
+
+T0=$SECONDS
+STEP=""
+STEP_T0=$SECONDS
+declare -a SUMMARY=()
+
+end_step() {
+	if [[ -n "$STEP" ]]; then
+		SUMMARY+=("$(printf '%-32s %5ds' "$STEP" $((SECONDS - STEP_T0)))")
+	fi
+}
+section() {
+	end_step
+	STEP=$1
+	STEP_T0=$SECONDS
+	printf '\n\033[1m===== [%s +%ds] %s =====\033[0m\n' "$(date -u +%H:%M:%S)" $((SECONDS - T0)) "$STEP"
+}
+
+RIG_STARTED=0
+on_exit() {
+	local rc=$?
+	end_step
+	STEP=""
+	if ((RIG_STARTED)) && [[ "${KEEP_RIG:-0}" != 1 ]]; then
+		printf '\n===== rig down =====\n'
+		bash test/rig/down.sh || true
+	fi
+	printf '\n===== summary =====\n'
+	printf '%s\n' "${SUMMARY[@]}"
+	if ((rc == 0)); then
+		printf 'PASS: all steps in %ds\n' $((SECONDS - T0))
+	else
+		printf 'FAIL: exit %d in step "%s" after %ds\n' "$rc" "${FAILED_STEP:-?}" $((SECONDS - T0))
+	fi
+	exit "$rc"
+}
+trap 'FAILED_STEP=$STEP' ERR
+trap on_exit EXIT
+
+section "install deps"
+bash test/rig/install-deps.sh
+
+section "build rig binaries (cached)"
+RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
+export RIG_BIN_DIR
+
+section "gofmt"
+unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_output/*' -print0 | xargs -0 -r gofmt -l)
+if [[ -n "$unformatted" ]]; then
+	echo "not gofmt'ed:"
+	echo "$unformatted"
+	false
+fi
+
+section "go vet"
+go vet ./...
+go vet -tags e2e ./test/e2e/...
+
+section "unit tests (go test -race)"
+go test -race -count=1 ./...
+
+if [[ -d cmd/nodelet ]]; then
+	section "build nodelet"
+	go build -o _output/nodelet ./cmd/nodelet
+	export NODELET_BIN=$REPO/_output/nodelet
+else
+	echo "cmd/nodelet does not exist: e2e tests that start a nodelet will fail"
+fi
+
+if [[ "${SKIP_E2E:-0}" == 1 ]]; then
+	echo "SKIP_E2E=1: stopping before the e2e tests"
+	exit 0
+fi
+
+section "rig up"
+RIG_STARTED=1
+bash test/rig/up.sh --fresh
+cat "$RIG_DIR/rig.env"
+
+section "e2e tests"
+e2e_args=(-tags e2e -v -count=1 -timeout 40m)
+if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
+go test "${e2e_args[@]}" ./test/e2e/...

@@ -1,0 +1,181 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// CRI label keys the upstream kubelet (and nodelet) put on sandboxes and containers. Spelled
+// out here so the test framework does not depend on the product's cri package.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+)
+
+// CRIClient is a small CRI client for checking what a node agent did to the runtime. The raw
+// gRPC clients are exposed for anything the helpers do not cover.
+type CRIClient struct {
+	Runtime runtimeapi.RuntimeServiceClient
+	Image   runtimeapi.ImageServiceClient
+	conn    *grpc.ClientConn
+}
+
+// DialCRI connects to a CRI endpoint such as unix:///var/lib/nodelet-rig/run/containerd.sock.
+// The connection is lazy; the first call reports an unreachable runtime.
+func DialCRI(endpoint string) (*CRIClient, error) {
+	if !strings.HasPrefix(endpoint, "unix://") {
+		return nil, fmt.Errorf("dialing CRI: endpoint %q is not unix://", endpoint)
+	}
+	conn, err := grpc.NewClient(endpoint,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("dialing CRI %s: %w", endpoint, err)
+	}
+	return &CRIClient{
+		Runtime: runtimeapi.NewRuntimeServiceClient(conn),
+		Image:   runtimeapi.NewImageServiceClient(conn),
+		conn:    conn,
+	}, nil
+}
+
+// Close closes the connection.
+func (c *CRIClient) Close() error { return c.conn.Close() }
+
+// Version returns the runtime's name and version.
+func (c *CRIClient) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
+	v, err := c.Runtime.Version(ctx, &runtimeapi.VersionRequest{Version: "v1"})
+	if err != nil {
+		return nil, fmt.Errorf("asking CRI for its version: %w", err)
+	}
+	return v, nil
+}
+
+// PodSandboxes lists sandboxes whose labels include all of labels (nil: all sandboxes).
+func (c *CRIClient) PodSandboxes(ctx context.Context, labels map[string]string) ([]*runtimeapi.PodSandbox, error) {
+	r, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
+		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: labels},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing pod sandboxes %v: %w", labels, err)
+	}
+	return r.Items, nil
+}
+
+// Containers lists containers whose labels include all of labels (nil: all containers).
+func (c *CRIClient) Containers(ctx context.Context, labels map[string]string) ([]*runtimeapi.Container, error) {
+	r, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{LabelSelector: labels},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers %v: %w", labels, err)
+	}
+	return r.Containers, nil
+}
+
+// PodContainers lists the containers of the pod with this UID.
+func (c *CRIClient) PodContainers(ctx context.Context, podUID string) ([]*runtimeapi.Container, error) {
+	return c.Containers(ctx, map[string]string{LabelPodUID: podUID})
+}
+
+// PodSandboxesOf lists the sandboxes of the pod with this UID.
+func (c *CRIClient) PodSandboxesOf(ctx context.Context, podUID string) ([]*runtimeapi.PodSandbox, error) {
+	return c.PodSandboxes(ctx, map[string]string{LabelPodUID: podUID})
+}
+
+// ImageTags returns every tag of every image the runtime has.
+func (c *CRIClient) ImageTags(ctx context.Context) ([]string, error) {
+	r, err := c.Image.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	var tags []string
+	for _, img := range r.Images {
+		tags = append(tags, img.RepoTags...)
+	}
+	return tags, nil
+}
+
+// RemoveAllPodSandboxes stops and removes every sandbox (with its containers and its CNI
+// network), so that a test starts on an empty runtime. It returns how many it removed.
+func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
+	sbs, err := c.PodSandboxes(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, sb := range sbs {
+		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return 0, fmt.Errorf("stopping sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
+		}
+		if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return 0, fmt.Errorf("removing sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
+		}
+	}
+	// Containers whose sandbox is already gone (should not happen, but a crashed agent can
+	// leave anything behind).
+	ctrs, err := c.Containers(ctx, nil)
+	if err != nil {
+		return len(sbs), err
+	}
+	for _, ctr := range ctrs {
+		if _, err := c.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr.Id, Timeout: 0}); err != nil {
+			return len(sbs), fmt.Errorf("stopping container %s: %w", ctr.Id, err)
+		}
+		if _, err := c.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.Id}); err != nil {
+			return len(sbs), fmt.Errorf("removing container %s: %w", ctr.Id, err)
+		}
+	}
+	return len(sbs), nil
+}
+
+// RunBusyboxPod runs a sandbox and one container of image with command, straight over CRI
+// (no node agent). hostNetwork picks the node's network namespace instead of a CNI one.
+// logDir receives the container log at <logDir>/<name>.log. It returns the sandbox and
+// container IDs; remove them with RemoveAllPodSandboxes or StopPodSandbox+RemovePodSandbox.
+func (c *CRIClient) RunBusyboxPod(ctx context.Context, name, image, logDir string, hostNetwork bool, command ...string) (sandboxID, containerID string, err error) {
+	netMode := runtimeapi.NamespaceMode_POD
+	if hostNetwork {
+		netMode = runtimeapi.NamespaceMode_NODE
+	}
+	uid := fmt.Sprintf("rig-%s-%d", name, time.Now().UnixNano())
+	sbCfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "rig", Uid: uid},
+		LogDirectory: logDir,
+		Labels:       map[string]string{LabelPodName: name, LabelPodNamespace: "rig", LabelPodUID: uid},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Network: netMode},
+			},
+		},
+	}
+	sb, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbCfg})
+	if err != nil {
+		return "", "", fmt.Errorf("running sandbox %s: %w", name, err)
+	}
+	ctr, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: sb.PodSandboxId,
+		Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: name},
+			Image:    &runtimeapi.ImageSpec{Image: image},
+			Command:  command,
+			LogPath:  name + ".log",
+			Labels:   map[string]string{LabelPodUID: uid, LabelContainerName: name},
+		},
+		SandboxConfig: sbCfg,
+	})
+	if err != nil {
+		return sb.PodSandboxId, "", fmt.Errorf("creating container %s: %w", name, err)
+	}
+	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
+		return sb.PodSandboxId, ctr.ContainerId, fmt.Errorf("starting container %s: %w", name, err)
+	}
+	return sb.PodSandboxId, ctr.ContainerId, nil
+}

@@ -1,0 +1,137 @@
+package framework
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+// fakeNodelet is a stand-in binary: it logs its arguments, exits 0 on SIGTERM and otherwise
+// sleeps, so the framework's process handling can be tested without the rig.
+const fakeNodelet = `#!/bin/sh
+echo "fake-nodelet started: $*"
+trap 'echo "fake-nodelet got TERM"; exit 0' TERM
+while :; do sleep 0.1; done
+`
+
+func newTestFramework(t *testing.T) *Framework {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fake-nodelet")
+	if err := os.WriteFile(bin, []byte(fakeNodelet), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODELET_BIN", bin)
+	return &Framework{T: t, Env: &RigEnv{
+		RigDir:                   dir,
+		NodeName:                 "node-x",
+		NodeKubeconfig:           "/rig/node.kubeconfig",
+		ContainerRuntimeEndpoint: "unix:///rig/containerd.sock",
+		CACert:                   "/rig/ca.crt",
+		BusyboxImage:             "nodelet.local/busybox:latest",
+		NodeletRootBase:          filepath.Join(dir, "nodelet"),
+	}}
+}
+
+func TestStartNodeletConfigAndArgs(t *testing.T) {
+	f := newTestFramework(t)
+	n := f.StartNodelet(NodeletOptions{
+		KeepRuntimeState: true, KeepNode: true,
+		Config:     func(c *kubeletconfigv1beta1.KubeletConfiguration) { c.MaxPods = 7 },
+		ExtraArgs:  []string{"--extra=1"},
+		Verbosity:  3,
+		StaticPods: []*v1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "static-web"}}},
+	})
+	defer n.Stop()
+
+	b, err := os.ReadFile(n.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg kubeletconfigv1beta1.KubeletConfiguration
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		t.Fatalf("config file does not decode: %v\n%s", err, b)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"kind", cfg.Kind, "KubeletConfiguration"},
+		{"apiVersion", cfg.APIVersion, "kubelet.config.k8s.io/v1beta1"},
+		{"mutated maxPods", cfg.MaxPods, int32(7)},
+		{"runtime endpoint", cfg.ContainerRuntimeEndpoint, "unix:///rig/containerd.sock"},
+		{"cgroup driver", cfg.CgroupDriver, "cgroupfs"},
+		{"failSwapOn", *cfg.FailSwapOn, false},
+		{"client CA", cfg.Authentication.X509.ClientCAFile, "/rig/ca.crt"},
+		{"authz mode", cfg.Authorization.Mode, kubeletconfigv1beta1.KubeletAuthorizationModeWebhook},
+		{"static pod path", cfg.StaticPodPath, n.StaticPodDir},
+		{"flush frequency set", cfg.Logging.FlushFrequency.Duration.Duration > 0, true},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if !strings.HasPrefix(n.Dir, f.Env.NodeletRootBase+"/") {
+		t.Errorf("dir %s is not under %s", n.Dir, f.Env.NodeletRootBase)
+	}
+	if _, err := os.Stat(filepath.Join(n.StaticPodDir, "static-web.yaml")); err != nil {
+		t.Errorf("static pod not written: %v", err)
+	}
+	wantArgs := []string{
+		"--config=" + n.ConfigPath, "--kubeconfig=/rig/node.kubeconfig", "--hostname-override=node-x",
+		"--root-dir=" + n.RootDir, "--v=3", "--extra=1",
+	}
+	if !slices.Equal(n.Args, wantArgs) {
+		t.Errorf("args = %v, want %v", n.Args, wantArgs)
+	}
+	n.WaitForLog(t.Context(), "fake-nodelet started: "+strings.Join(wantArgs, " "), 10*time.Second)
+}
+
+func TestNodeletLifecycle(t *testing.T) {
+	f := newTestFramework(t)
+	n := f.StartNodelet(NodeletOptions{KeepRuntimeState: true, KeepNode: true, StopTimeout: 10 * time.Second})
+	n.WaitForLog(t.Context(), "fake-nodelet started", 10*time.Second)
+	first := n.Pid()
+
+	n.Restart()
+	if !n.Running() || n.Pid() == first {
+		t.Fatalf("after Restart: running=%v pid=%d (was %d)", n.Running(), n.Pid(), first)
+	}
+	if got := strings.Count(n.Logs(), "fake-nodelet got TERM"); got != 1 {
+		t.Errorf("TERM seen %d times after Restart, want 1; log:\n%s", got, n.Logs())
+	}
+	// The restarted process traps TERM only once its shell is up; wait for it.
+	err := WaitFor(t.Context(), 10*time.Second, "second start", func(context.Context) (bool, error) {
+		return strings.Count(n.Logs(), "fake-nodelet started") == 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n.Kill()
+	if n.Running() {
+		t.Fatal("still running after Kill")
+	}
+	if err := n.ExitError(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("exit error after Kill = %v, want signal: killed", err)
+	}
+	if err := n.Stop(); err == nil {
+		t.Errorf("Stop of a killed nodelet returned nil, want the kill's wait error")
+	}
+}
+
+func TestUnmountUnderNothingMounted(t *testing.T) {
+	if err := UnmountUnder(t.TempDir()); err != nil {
+		t.Fatalf("UnmountUnder with no mounts: %v", err)
+	}
+}

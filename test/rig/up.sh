@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# up.sh: starts the e2e rig on this machine, with no systemd and no registry:
+#   PKI (openssl) -> etcd -> kube-apiserver (127.0.0.1:6443) -> kube-controller-manager
+#   -> containerd (private socket, root, state; CRI with bridge CNI) -> local images imported.
+# and writes $RIG_DIR/rig.env for the e2e framework. Runs as root.
+#
+# Idempotent-ish: a component whose pidfile names a live process is left running; the PKI and
+# data dirs are kept. `up.sh --fresh` first runs down.sh and wipes etcd, containerd and CNI
+# state (keeping the PKI), for a clean cluster.
+#
+# Env: RIG_DIR (/var/lib/nodelet-rig), NODE_NAME (nodelet-e2e), RIG_BIN_DIR (from build-bins.sh),
+#      ETCD_PORT (23790), APISERVER_PORT (6443), KCM_PORT (20257), KCM_CONTROLLERS.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+
+RIG_DIR=${RIG_DIR:-/var/lib/nodelet-rig}
+NODE_NAME=${NODE_NAME:-nodelet-e2e}
+ETCD_PORT=${ETCD_PORT:-23790}
+ETCD_PEER_PORT=$((ETCD_PORT + 10))
+APISERVER_PORT=${APISERVER_PORT:-6443}
+KCM_PORT=${KCM_PORT:-20257}
+# serviceaccount + serviceaccount-token: the default SA and its tokens; root-ca-cert-publisher:
+# kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace
+# deletion; garbagecollector: ownerReferences.
+KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount,serviceaccount-token,root-ca-cert-publisher,namespace,garbagecollector}
+POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+BUSYBOX_IMAGE=nodelet.local/busybox:latest
+PAUSE_IMAGE=nodelet.local/pause:latest
+
+PKI=$RIG_DIR/pki
+LOGS=$RIG_DIR/logs
+RUN=$RIG_DIR/run
+BIN=$RIG_DIR/bin
+SOCK=$RUN/containerd.sock
+
+log() { echo "[up $(date -u +%H:%M:%S)] $*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+if [[ $(id -u) != 0 ]]; then die "must run as root"; fi
+
+if [[ "${1:-}" == "--fresh" ]]; then
+	log "--fresh: stopping the rig and wiping its state (PKI kept)"
+	RIG_DIR=$RIG_DIR bash "$HERE/down.sh"
+	rm -rf "${RIG_DIR:?}/etcd" "$RIG_DIR/containerd" "$RIG_DIR/cni" "$RIG_DIR/nodelet" "$LOGS"
+fi
+
+mkdir -p "$RIG_DIR" "$PKI" "$LOGS" "$RUN" "$BIN"
+
+if [[ -z "${RIG_BIN_DIR:-}" ]]; then
+	RIG_BIN_DIR=$(bash "$HERE/build-bins.sh" | tail -1)
+fi
+for b in etcd kube-apiserver kube-controller-manager kubectl; do
+	[[ -x "$RIG_BIN_DIR/$b" ]] || die "$RIG_BIN_DIR/$b missing: run test/rig/build-bins.sh"
+done
+KUBECTL=$RIG_BIN_DIR/kubectl
+
+# ---------------------------------------------------------------- process helpers
+# alive NAME: the pidfile names a live process whose command line mentions RIG_DIR.
+alive() {
+	local pidf=$RUN/$1.pid pid
+	[[ -f "$pidf" ]] || return 1
+	pid=$(cat "$pidf")
+	[[ -n "$pid" && -d /proc/$pid ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$RIG_DIR"
+}
+
+# start NAME CMD...: runs CMD detached (own session, survives this script), logs to
+# $LOGS/NAME.log, pid in $RUN/NAME.pid.
+start() {
+	local name=$1
+	shift
+	if alive "$name"; then
+		log "$name already running (pid $(cat "$RUN/$name.pid"))"
+		return 0
+	fi
+	log "starting $name"
+	echo "=== $(date -u +%FT%TZ) starting: $*" >>"$LOGS/$name.log"
+	setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+	echo $! >"$RUN/$name.pid"
+}
+
+# wait_until SECONDS WHAT CMD...: polls CMD until it succeeds.
+wait_until() {
+	local timeout=$1 what=$2 deadline
+	shift 2
+	deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			die "timed out after ${timeout}s waiting for $what"
+		fi
+		sleep 0.5
+	done
+	log "$what: ok"
+}
+
+# check_alive NAME: fails with the log tail when NAME died.
+check_alive() {
+	if ! alive "$1"; then
+		tail -n 30 "$LOGS/$1.log" >&2 || true
+		die "$1 exited; log: $LOGS/$1.log"
+	fi
+}
+
+# ---------------------------------------------------------------- PKI
+# cert NAME SUBJ [SANS] [EXT_USAGE]: a key and a CA-signed cert, kept when present.
+cert() {
+	local name=$1 subj=$2 sans=${3:-} usage=${4:-clientAuth} ext
+	if [[ -f "$PKI/$name.crt" && -f "$PKI/$name.key" ]] &&
+		openssl x509 -in "$PKI/$name.crt" -noout -subject -nameopt compat | grep -qF "subject=$subj"; then
+		return 0
+	fi
+	log "pki: $name ($subj)"
+	openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+	openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+	ext=$PKI/$name.ext
+	{
+		echo "basicConstraints=critical,CA:FALSE"
+		echo "keyUsage=critical,digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=$usage"
+		if [[ -n "$sans" ]]; then echo "subjectAltName=$sans"; fi
+	} >"$ext"
+	openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+		-days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+	rm -f "$PKI/$name.csr" "$ext"
+}
+
+if [[ ! -f "$PKI/ca.crt" || ! -f "$PKI/ca.key" ]]; then
+	log "pki: CA"
+	openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+	openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=nodelet-rig-ca" -days 3650 -sha256 \
+		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+		-out "$PKI/ca.crt" 2>/dev/null
+	# A new CA invalidates every cert signed by the old one.
+	find "$PKI" -name '*.crt' ! -name ca.crt -delete
+fi
+cert apiserver "/CN=kube-apiserver" \
+	"IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+	serverAuth
+cert admin "/O=system:masters/CN=kubernetes-admin"
+cert node "/O=system:nodes/CN=system:node:$NODE_NAME"
+cert kube-controller-manager "/CN=system:kube-controller-manager"
+# The apiserver's client cert toward kubelets (logs, exec, port-forward): system:masters, so a
+# kubelet's webhook authorizer allows it.
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+# A serving cert for the node agent's own HTTPS port, so the apiserver can verify it later.
+cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" \
+	"IP:127.0.0.1,DNS:localhost,DNS:$NODE_NAME" serverAuth
+if [[ ! -f "$PKI/sa.key" ]]; then
+	log "pki: service-account key pair"
+	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+fi
+chmod 600 "$PKI"/*.key
+
+APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+# kubeconfig NAME USER CERT: a kubeconfig for the apiserver with a client cert.
+kubeconfig() {
+	cat >"$RIG_DIR/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rig
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$3.crt
+    client-key: $PKI/$3.key
+contexts:
+- name: rig
+  context:
+    cluster: rig
+    user: $2
+current-context: rig
+EOF
+	chmod 600 "$RIG_DIR/$1.kubeconfig"
+}
+kubeconfig admin kubernetes-admin admin
+kubeconfig node "system:node:$NODE_NAME" node
+kubeconfig kube-controller-manager system:kube-controller-manager kube-controller-manager
+
+# ---------------------------------------------------------------- etcd
+mkdir -p "$RIG_DIR/etcd"
+ETCD_URL=http://127.0.0.1:$ETCD_PORT
+# --unsafe-no-fsync: a throwaway test cluster; fsync on this VM's disk only slows every write.
+start etcd "$RIG_BIN_DIR/etcd" --name rig --data-dir "$RIG_DIR/etcd" \
+	--listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+	--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+	--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+	--initial-cluster "rig=http://127.0.0.1:$ETCD_PEER_PORT" \
+	--listen-metrics-urls "http://127.0.0.1:$((ETCD_PORT + 20))" \
+	--unsafe-no-fsync --log-level warn
+wait_until 30 "etcd $ETCD_URL/health" curl -fsS "$ETCD_URL/health"
+check_alive etcd
+
+# ---------------------------------------------------------------- kube-apiserver
+start kube-apiserver "$RIG_BIN_DIR/kube-apiserver" \
+	--advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+	--etcd-servers="$ETCD_URL" \
+	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+	--client-ca-file="$PKI/ca.crt" \
+	--authorization-mode=Node,RBAC \
+	--enable-admission-plugins=NodeRestriction \
+	--allow-privileged=true \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file="$PKI/sa.pub" \
+	--service-account-signing-key-file="$PKI/sa.key" \
+	--service-cluster-ip-range="$SERVICE_CIDR" \
+	--endpoint-reconciler-type=none \
+	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+	--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP \
+	--profiling=false \
+	--v=1
+wait_until 90 "kube-apiserver $APISERVER_URL/readyz" \
+	"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" get --raw=/readyz
+check_alive kube-apiserver
+
+# ---------------------------------------------------------------- kube-controller-manager
+KCM_KC=$RIG_DIR/kube-controller-manager.kubeconfig
+start kube-controller-manager "$RIG_BIN_DIR/kube-controller-manager" \
+	--kubeconfig="$KCM_KC" --authentication-kubeconfig="$KCM_KC" --authorization-kubeconfig="$KCM_KC" \
+	--bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+	--controllers="$KCM_CONTROLLERS" \
+	--use-service-account-credentials=true \
+	--root-ca-file="$PKI/ca.crt" \
+	--service-account-private-key-file="$PKI/sa.key" \
+	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+	--leader-elect=false \
+	--v=1
+wait_until 60 "default ServiceAccount in default" \
+	"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" -n default get serviceaccount default
+wait_until 60 "kube-root-ca.crt ConfigMap in default" \
+	"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" -n default get configmap kube-root-ca.crt
+check_alive kube-controller-manager
+
+# ---------------------------------------------------------------- containerd
+CD=$RIG_DIR/containerd
+CNI_CONF_DIR=$RIG_DIR/cni/net.d
+mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
+cat >"$CD/config.toml" <<EOF
+# Written by test/rig/up.sh. containerd 1.6 (config version 2), private to the rig.
+version = 2
+root = "$CD/root"
+state = "$CD/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "$SOCK"
+
+[ttrpc]
+  address = "$SOCK.ttrpc"
+
+[debug]
+  address = "$RUN/containerd-debug.sock"
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CD/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # This sandbox lacks CAP_SYS_RESOURCE: without this, the pause container's oom_score_adj
+  # of -998 makes every RunPodSandbox fail.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  max_container_log_line_size = 16384
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CNI_CONF_DIR"
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$CD/certs.d"
+EOF
+cat >"$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "nodelet-rig",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "nodelet0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$RIG_DIR/cni/ipam"
+      }
+    },
+    {
+      "type": "portmap",
+      "capabilities": {"portMappings": true}
+    }
+  ]
+}
+EOF
+# containerd's CRI adds the loopback network itself; this file is for other CNI users.
+cat >"$CNI_CONF_DIR/99-loopback.conf" <<EOF
+{"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}
+EOF
+
+start containerd containerd --config "$CD/config.toml"
+wait_until 30 "containerd $SOCK" ctr -a "$SOCK" version
+check_alive containerd
+
+# ---------------------------------------------------------------- images and rig tools
+cat >"$BIN/ctr" <<EOF
+#!/bin/sh
+# ctr against the rig's containerd, CRI namespace.
+exec ctr -a "$SOCK" -n k8s.io "\$@"
+EOF
+chmod +x "$BIN/ctr"
+log "building pause, mkimage and rigcri"
+(cd "$REPO" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN/pause" ./test/rig/pause &&
+	go build -o "$BIN/mkimage" ./test/rig/mkimage &&
+	go build -o "$BIN/rigcri" ./test/rig/rigcri)
+mkdir -p "$RIG_DIR/images"
+"$BIN/mkimage" -kind busybox -bin /bin/busybox -name "$BUSYBOX_IMAGE" -o "$RIG_DIR/images/busybox.tar"
+"$BIN/mkimage" -kind pause -bin "$BIN/pause" -name "$PAUSE_IMAGE" -o "$RIG_DIR/images/pause.tar"
+for img in busybox pause; do
+	"$BIN/ctr" images import "$RIG_DIR/images/$img.tar" >&2
+done
+for img in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
+	"$BIN/ctr" images ls -q | grep -qxF "$img" || die "image $img not in containerd after import"
+done
+
+CONTAINER_RUNTIME_ENDPOINT=unix://$SOCK
+wait_until 30 "CRI on $CONTAINER_RUNTIME_ENDPOINT" "$BIN/rigcri" -endpoint "$CONTAINER_RUNTIME_ENDPOINT" version
+
+mkdir -p "$RIG_DIR/nodelet"
+cat >"$RIG_DIR/rig.env.tmp" <<EOF
+# Written by test/rig/up.sh at $(date -u +%FT%TZ). Read by test/e2e/framework.
+RIG_DIR=$RIG_DIR
+RIG_BIN_DIR=$RIG_BIN_DIR
+NODE_NAME=$NODE_NAME
+KUBECONFIG=$RIG_DIR/admin.kubeconfig
+NODE_KUBECONFIG=$RIG_DIR/node.kubeconfig
+APISERVER_URL=$APISERVER_URL
+CA_CERT=$PKI/ca.crt
+CA_KEY=$PKI/ca.key
+ETCD_URL=$ETCD_URL
+KUBELET_CLIENT_CERT=$PKI/apiserver-kubelet-client.crt
+KUBELET_CLIENT_KEY=$PKI/apiserver-kubelet-client.key
+KUBELET_SERVING_CERT=$PKI/kubelet-serving.crt
+KUBELET_SERVING_KEY=$PKI/kubelet-serving.key
+CONTAINER_RUNTIME_ENDPOINT=$CONTAINER_RUNTIME_ENDPOINT
+CONTAINERD_ROOT=$CD/root
+CONTAINERD_STATE=$CD/state
+CNI_CONF_DIR=$CNI_CONF_DIR
+POD_CIDR=$POD_CIDR
+SERVICE_CIDR=$SERVICE_CIDR
+BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+PAUSE_IMAGE=$PAUSE_IMAGE
+KUBECTL=$KUBECTL
+CTR=$BIN/ctr
+RIGCRI=$BIN/rigcri
+NODELET_ROOT_BASE=$RIG_DIR/nodelet
+LOGS_DIR=$LOGS
+EOF
+mv "$RIG_DIR/rig.env.tmp" "$RIG_DIR/rig.env"
+log "rig is up; env in $RIG_DIR/rig.env"

@@ -1,0 +1,416 @@
+// Package volumes prepares a pod's volumes on the host, in the upstream
+// kubelet's directory layout, so the runtime can bind-mount them:
+// <rootDir>/pods/<podUID>/volumes/kubernetes.io~<plugin>/<volumeName>.
+package volumes
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Plugin directory names, as the upstream kubelet spells them.
+const (
+	pluginEmptyDir    = "kubernetes.io~empty-dir"
+	pluginConfigMap   = "kubernetes.io~configmap"
+	pluginSecret      = "kubernetes.io~secret"
+	pluginProjected   = "kubernetes.io~projected"
+	pluginDownwardAPI = "kubernetes.io~downward-api"
+)
+
+// HostVolume is a prepared volume: what the runtime should bind-mount.
+type HostVolume struct {
+	// Path is the host path to bind-mount (for hostPath: the hostPath itself).
+	Path string
+	// ReadOnly is forced for configMap, secret, downwardAPI and projected
+	// volumes, whatever the volumeMount says.
+	ReadOnly bool
+	// SELinuxRelabel is always false for now.
+	SELinuxRelabel bool
+}
+
+// KubeGetter is what the manager needs from the API server. Missing objects
+// must be reported with an error for which apierrors.IsNotFound is true.
+type KubeGetter interface {
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	CreateToken(ctx context.Context, namespace, serviceAccountName string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
+}
+
+// SetUpError is the failure of one volume; its message has the upstream
+// FailedMount wording.
+type SetUpError struct {
+	Volume string
+	Err    error
+}
+
+func (e *SetUpError) Error() string {
+	return fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", e.Volume, e.Err)
+}
+
+func (e *SetUpError) Unwrap() error { return e.Err }
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithNodeAllocatable gives the node's allocatable resources, used for
+// resourceFieldRef of unset limits and to size memory-backed volumes.
+func WithNodeAllocatable(f func() v1.ResourceList) Option {
+	return func(m *Manager) { m.nodeAllocatable = f }
+}
+
+// WithoutTmpfs keeps secret, projected and downwardAPI volumes on disk
+// instead of on a tmpfs, and refuses emptyDir medium Memory. Only for
+// unprivileged test setups: on a node secrets must not reach the disk.
+func WithoutTmpfs() Option {
+	return func(m *Manager) { m.noTmpfs = true }
+}
+
+// Manager sets up and tears down pod volumes. It keeps, per pod, only what
+// it wrote (a payload digest per volume and the service-account tokens), so
+// repeated SetUpPod calls rewrite nothing unless content changed.
+type Manager struct {
+	rootDir         string
+	kube            KubeGetter
+	clock           clock.Clock
+	nodeAllocatable func() v1.ResourceList
+	noTmpfs         bool
+
+	mu   sync.Mutex
+	pods map[types.UID]*podState
+}
+
+type podState struct {
+	mu sync.Mutex
+	// prepared: volume directory exists (and its tmpfs is mounted).
+	prepared map[string]bool
+	// written: digest of the payload last written per volume.
+	written map[string][sha256.Size]byte
+	tokens  map[string]*cachedToken
+}
+
+// NewManager returns a manager rooted at rootDir (the kubelet root dir).
+// kube is nil in standalone mode: configMap, secret and token volumes then
+// fail (optional missing ones are empty).
+func NewManager(rootDir string, kube KubeGetter, clk clock.Clock, opts ...Option) *Manager {
+	m := &Manager{
+		rootDir: rootDir,
+		kube:    kube,
+		clock:   clk,
+		pods:    make(map[types.UID]*podState),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+func (m *Manager) podVolumesDir(uid types.UID) string {
+	return filepath.Join(m.rootDir, "pods", string(uid), "volumes")
+}
+
+func (m *Manager) state(uid types.UID) *podState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.pods[uid]
+	if !ok {
+		st = &podState{
+			prepared: map[string]bool{},
+			written:  map[string][sha256.Size]byte{},
+			tokens:   map[string]*cachedToken{},
+		}
+		m.pods[uid] = st
+	}
+	return st
+}
+
+func (m *Manager) allocatable() v1.ResourceList {
+	if m.nodeAllocatable == nil {
+		return nil
+	}
+	return m.nodeAllocatable()
+}
+
+// SetUpPod prepares every volume in pod.Spec.Volumes and returns them by
+// volume name. It is idempotent; on repeat calls it refreshes content
+// (changed configMap/secret/downwardAPI/projected data, service-account
+// tokens near expiry). Volumes are set up independently: the map holds the
+// ones that succeeded and the error joins a *SetUpError per failed volume;
+// the pod must not start while any failed.
+func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVolume, error) {
+	if pod.UID == "" {
+		return nil, fmt.Errorf("setting up volumes of pod %s/%s: pod has no UID", pod.Namespace, pod.Name)
+	}
+	st := m.state(pod.UID)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+
+	if len(pod.Spec.Volumes) > 0 {
+		if err := os.MkdirAll(m.podVolumesDir(pod.UID), 0o750); err != nil {
+			return nil, fmt.Errorf("creating volumes directory of pod %s: %w", klog.KObj(pod), err)
+		}
+	}
+	out := make(map[string]HostVolume, len(pod.Spec.Volumes))
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		hv, err := m.setUpVolume(ctx, pod, vol, st)
+		if err != nil {
+			klog.ErrorS(err, "Failed to set up volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name)
+			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err})
+			continue
+		}
+		out[vol.Name] = hv
+	}
+	return out, errors.Join(errs...)
+}
+
+func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, st *podState) (HostVolume, error) {
+	if err := validateVolumeName(vol.Name); err != nil {
+		return HostVolume{}, err
+	}
+	src := &vol.VolumeSource
+	switch {
+	case src.EmptyDir != nil:
+		return m.setUpEmptyDir(pod, vol, st)
+	case src.HostPath != nil:
+		if err := checkHostPath(src.HostPath); err != nil {
+			return HostVolume{}, err
+		}
+		return HostVolume{Path: src.HostPath.Path}, nil
+	case src.ConfigMap != nil:
+		payload, err := m.configMapPayload(ctx, pod.Namespace, src.ConfigMap.Name, src.ConfigMap.Items,
+			modeOr(src.ConfigMap.DefaultMode, v1.ConfigMapVolumeSourceDefaultMode), isTrue(src.ConfigMap.Optional))
+		if err != nil {
+			return HostVolume{}, err
+		}
+		return m.writeVolume(pod, vol.Name, pluginConfigMap, false, payload, st)
+	case src.Secret != nil:
+		payload, err := m.secretPayload(ctx, pod.Namespace, src.Secret.SecretName, src.Secret.Items,
+			modeOr(src.Secret.DefaultMode, v1.SecretVolumeSourceDefaultMode), isTrue(src.Secret.Optional))
+		if err != nil {
+			return HostVolume{}, err
+		}
+		return m.writeVolume(pod, vol.Name, pluginSecret, true, payload, st)
+	case src.DownwardAPI != nil:
+		payload, err := m.downwardAPIPayload(pod, src.DownwardAPI.Items,
+			modeOr(src.DownwardAPI.DefaultMode, v1.DownwardAPIVolumeSourceDefaultMode))
+		if err != nil {
+			return HostVolume{}, err
+		}
+		return m.writeVolume(pod, vol.Name, pluginDownwardAPI, true, payload, st)
+	case src.Projected != nil:
+		payload, err := m.projectedPayload(ctx, pod, vol.Name, src.Projected, st)
+		if err != nil {
+			return HostVolume{}, err
+		}
+		return m.writeVolume(pod, vol.Name, pluginProjected, true, payload, st)
+	}
+	return HostVolume{}, fmt.Errorf("volume type %s is not supported by this node agent", volumeType(src))
+}
+
+// writeVolume makes the volume directory (on a tmpfs when memoryBacked,
+// as upstream does for secret, projected and downwardAPI) hold payload,
+// rewriting only when the payload differs from what was last written.
+func (m *Manager) writeVolume(pod *v1.Pod, name, plugin string, memoryBacked bool, payload map[string]fileProjection, st *podState) (HostVolume, error) {
+	dir := filepath.Join(m.podVolumesDir(pod.UID), plugin, name)
+	if !st.prepared[name] {
+		if err := m.prepareDir(pod, dir, memoryBacked && !m.noTmpfs, nil); err != nil {
+			return HostVolume{}, err
+		}
+		st.prepared[name] = true
+	}
+	digest := payloadDigest(payload)
+	if d, ok := st.written[name]; ok && d == digest {
+		if _, err := os.Lstat(filepath.Join(dir, dataDirName)); err == nil {
+			return HostVolume{Path: dir, ReadOnly: true}, nil
+		}
+	}
+	changed, err := writePayload(dir, payload, m.clock.Now())
+	if err != nil {
+		return HostVolume{}, fmt.Errorf("writing volume content: %w", err)
+	}
+	st.written[name] = digest
+	if changed {
+		klog.V(2).InfoS("Wrote volume content", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", name, "files", len(payload))
+	}
+	return HostVolume{Path: dir, ReadOnly: true}, nil
+}
+
+// prepareDir creates dir with mode 0777 (as upstream, so any container user
+// can use it) and, for memory-backed volumes, mounts a tmpfs on it unless
+// one is already there (e.g. after a restart of this process).
+func (m *Manager) prepareDir(pod *v1.Pod, dir string, tmpfs bool, sizeLimit *int64) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(dir), err)
+	}
+	if err := os.Mkdir(dir, 0o777); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	if !tmpfs {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return fmt.Errorf("setting mode of %s: %w", dir, err)
+		}
+		return nil
+	}
+	mounted, err := isMountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return nil
+	}
+	size := m.memoryVolumeSize(pod, sizeLimit)
+	if err := mountTmpfs(dir, size); err != nil {
+		return err
+	}
+	klog.V(2).InfoS("Mounted tmpfs for volume", "pod", klog.KObj(pod), "path", dir, "sizeBytes", size)
+	return nil
+}
+
+// TearDownPod unmounts everything mounted below the pod's volumes directory
+// and removes the directory. It is safe to repeat; it removes nothing while
+// anything is still mounted there (so a bind mount can never lead it into
+// deleting files elsewhere).
+func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
+	st := m.state(podUID)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.pods, podUID)
+		m.mu.Unlock()
+	}()
+
+	dir := m.podVolumesDir(podUID)
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	mps, err := mountPointsUnder(dir)
+	if err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
+	}
+	var errs []error
+	for _, mp := range mps {
+		if err := unmount(mp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, errors.Join(errs...))
+	}
+	if left, err := mountPointsUnder(dir); err != nil || len(left) > 0 {
+		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v (err %v)", podUID, left, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: removing %s: %w", podUID, dir, err)
+	}
+	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", len(mps))
+	return nil
+}
+
+// PodVolumesExist reports whether any volume directory of the pod is still
+// on disk. Errors other than "not there" count as existing, so callers
+// err on the side of not deleting the pod.
+func (m *Manager) PodVolumesExist(podUID types.UID) bool {
+	dir := m.podVolumesDir(podUID)
+	plugins, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	for _, p := range plugins {
+		if !p.IsDir() {
+			return true
+		}
+		vols, err := os.ReadDir(filepath.Join(dir, p.Name()))
+		if err != nil || len(vols) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// PodsWithVolumes lists the pod UIDs under <rootDir>/pods that still have
+// volumes on disk, for orphan clean-up after a restart.
+func (m *Manager) PodsWithVolumes() ([]types.UID, error) {
+	entries, err := os.ReadDir(filepath.Join(m.rootDir, "pods"))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing pod directories: %w", err)
+	}
+	var out []types.UID
+	for _, e := range entries {
+		if e.IsDir() && m.PodVolumesExist(types.UID(e.Name())) {
+			out = append(out, types.UID(e.Name()))
+		}
+	}
+	return out, nil
+}
+
+func validateVolumeName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("invalid volume name %q", name)
+	}
+	return nil
+}
+
+func payloadDigest(payload map[string]fileProjection) [sha256.Size]byte {
+	paths := make([]string, 0, len(payload))
+	for p := range payload {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		f := payload[p]
+		fmt.Fprintf(h, "%d:%s:%o:%d:", len(p), p, f.Mode, len(f.Data))
+		h.Write(f.Data)
+	}
+	var d [sha256.Size]byte
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+func modeOr(m *int32, def int32) int32 {
+	if m != nil {
+		return *m
+	}
+	return def
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func volumeType(src *v1.VolumeSource) string {
+	switch {
+	case src.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case src.CSI != nil:
+		return "csi"
+	case src.Ephemeral != nil:
+		return "ephemeral"
+	case src.NFS != nil:
+		return "nfs"
+	case src.ISCSI != nil:
+		return "iscsi"
+	case src.Image != nil:
+		return "image"
+	}
+	return "(unknown)"
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -21,8 +22,9 @@ const (
 
 // fileProjection is one file of a volume payload.
 type fileProjection struct {
-	Data []byte
-	Mode int32
+	Data   []byte
+	Mode   int32
+	FsUser *int64 // owner to give the file; nil keeps root
 }
 
 // writePayload makes dir hold exactly payload, using the kubelet's atomic
@@ -34,8 +36,9 @@ type fileProjection struct {
 //	dir/<top-level name> -> ..data/<top-level name>
 //
 // It returns whether anything was written (false when the current data
-// already equals payload).
-func writePayload(dir string, payload map[string]fileProjection, now time.Time) (bool, error) {
+// already equals payload). extraMode is the permission bits a later
+// fsGroup pass adds, so unchanged data is recognised.
+func writePayload(dir string, payload map[string]fileProjection, extraMode os.FileMode, now time.Time) (bool, error) {
 	for p := range payload {
 		if err := validatePayloadPath(p); err != nil {
 			return false, err
@@ -47,7 +50,7 @@ func writePayload(dir string, payload map[string]fileProjection, now time.Time) 
 		return false, fmt.Errorf("reading %s link in %s: %w", dataDirName, dir, err)
 	}
 	if oldTS != "" {
-		same, err := dirMatchesPayload(filepath.Join(dir, oldTS), payload)
+		same, err := dirMatchesPayload(filepath.Join(dir, oldTS), payload, extraMode)
 		if err != nil {
 			return false, err
 		}
@@ -127,13 +130,18 @@ func writeFiles(root string, payload map[string]fileProjection) error {
 		if err := os.Chmod(full, mode); err != nil {
 			return fmt.Errorf("setting mode of %s: %w", p, err)
 		}
+		if f.FsUser != nil {
+			if err := os.Lchown(full, int(*f.FsUser), -1); err != nil {
+				return fmt.Errorf("setting owner of %s: %w", p, err)
+			}
+		}
 	}
 	return nil
 }
 
 // dirMatchesPayload reports whether tsDir holds exactly the payload files
 // with the same contents and modes.
-func dirMatchesPayload(tsDir string, payload map[string]fileProjection) (bool, error) {
+func dirMatchesPayload(tsDir string, payload map[string]fileProjection, extraMode os.FileMode) (bool, error) {
 	seen := 0
 	match := true
 	err := filepath.WalkDir(tsDir, func(path string, d fs.DirEntry, err error) error {
@@ -153,7 +161,11 @@ func dirMatchesPayload(tsDir string, payload map[string]fileProjection) (bool, e
 		if err != nil {
 			return err
 		}
-		if info.Mode().Perm() != os.FileMode(want.Mode)&os.ModePerm || info.Size() != int64(len(want.Data)) {
+		if info.Mode().Perm() != (os.FileMode(want.Mode)&os.ModePerm|extraMode) || info.Size() != int64(len(want.Data)) {
+			match = false
+			return filepath.SkipAll
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && want.FsUser != nil && int64(st.Uid) != *want.FsUser {
 			match = false
 			return filepath.SkipAll
 		}

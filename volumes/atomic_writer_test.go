@@ -53,7 +53,7 @@ func TestWritePayloadLayoutAndUpdate(t *testing.T) {
 		"a":         {Data: []byte("one"), Mode: 0o644},
 		"sub/b":     {Data: []byte("two"), Mode: 0o400},
 		"gone-soon": {Data: []byte("x"), Mode: 0o644},
-	}, t0)
+	}, 0, t0)
 	if err != nil || !changed {
 		t.Fatalf("first write: changed=%v err=%v", changed, err)
 	}
@@ -82,7 +82,7 @@ func TestWritePayloadLayoutAndUpdate(t *testing.T) {
 		"a":         {Data: []byte("one"), Mode: 0o644},
 		"sub/b":     {Data: []byte("two"), Mode: 0o400},
 		"gone-soon": {Data: []byte("x"), Mode: 0o644},
-	}, t0.Add(time.Second))
+	}, 0, t0.Add(time.Second))
 	if err != nil || changed {
 		t.Fatalf("identical write: changed=%v err=%v", changed, err)
 	}
@@ -102,7 +102,7 @@ func TestWritePayloadLayoutAndUpdate(t *testing.T) {
 		"a":     {Data: []byte("ONE"), Mode: 0o644},
 		"sub/b": {Data: []byte("two"), Mode: 0o400},
 		"new":   {Data: []byte("3"), Mode: 0o600},
-	}, t0.Add(2*time.Second))
+	}, 0, t0.Add(2*time.Second))
 	if err != nil || !changed {
 		t.Fatalf("update: changed=%v err=%v", changed, err)
 	}
@@ -138,7 +138,7 @@ func TestWritePayloadLayoutAndUpdate(t *testing.T) {
 		"a":     {Data: []byte("ONE"), Mode: 0o600},
 		"sub/b": {Data: []byte("two"), Mode: 0o400},
 		"new":   {Data: []byte("3"), Mode: 0o600},
-	}, t0.Add(3*time.Second))
+	}, 0, t0.Add(3*time.Second))
 	if err != nil || !changed {
 		t.Fatalf("mode change: changed=%v err=%v", changed, err)
 	}
@@ -147,14 +147,14 @@ func TestWritePayloadLayoutAndUpdate(t *testing.T) {
 func TestWritePayloadEmptyAndInvalidPaths(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
-	if _, err := writePayload(dir, map[string]fileProjection{}, now); err != nil {
+	if _, err := writePayload(dir, map[string]fileProjection{}, 0, now); err != nil {
 		t.Fatalf("empty payload: %v", err)
 	}
 	if _, err := os.Readlink(filepath.Join(dir, "..data")); err != nil {
 		t.Errorf("empty payload has no ..data: %v", err)
 	}
 	for _, p := range []string{"/abs", "../escape", "a/../../b", "..hidden", "a//b", ""} {
-		if _, err := writePayload(dir, map[string]fileProjection{p: {Data: []byte("x"), Mode: 0o644}}, now); err == nil {
+		if _, err := writePayload(dir, map[string]fileProjection{p: {Data: []byte("x"), Mode: 0o644}}, 0, now); err == nil {
 			t.Errorf("path %q accepted", p)
 		}
 	}

@@ -32,6 +32,11 @@ func (m *Manager) setUpEmptyDir(pod *v1.Pod, vol *v1.Volume, st *podState) (Host
 		if err := m.prepareDir(pod, dir, ed.Medium == v1.StorageMediumMemory, limit); err != nil {
 			return HostVolume{}, err
 		}
+		if g := fsGroupOf(pod); g != nil {
+			if err := applyFSGroup(dir, *g, false); err != nil {
+				return HostVolume{}, err
+			}
+		}
 		st.prepared[vol.Name] = true
 	}
 	return HostVolume{Path: dir}, nil

@@ -232,15 +232,25 @@ func (m *Manager) writeVolume(pod *v1.Pod, name, plugin string, memoryBacked boo
 		}
 		st.prepared[name] = true
 	}
-	digest := payloadDigest(payload)
+	fsGroup := fsGroupOf(pod)
+	var extra os.FileMode
+	if fsGroup != nil {
+		extra = roMask
+	}
+	digest := payloadDigest(payload, fsGroup)
 	if d, ok := st.written[name]; ok && d == digest {
 		if _, err := os.Lstat(filepath.Join(dir, dataDirName)); err == nil {
 			return HostVolume{Path: dir, ReadOnly: true}, nil
 		}
 	}
-	changed, err := writePayload(dir, payload, m.clock.Now())
+	changed, err := writePayload(dir, payload, extra, m.clock.Now())
 	if err != nil {
 		return HostVolume{}, fmt.Errorf("writing volume content: %w", err)
+	}
+	if fsGroup != nil {
+		if err := applyFSGroup(dir, *fsGroup, true); err != nil {
+			return HostVolume{}, err
+		}
 	}
 	st.written[name] = digest
 	if changed {
@@ -371,16 +381,23 @@ func validateVolumeName(name string) error {
 	return nil
 }
 
-func payloadDigest(payload map[string]fileProjection) [sha256.Size]byte {
+func payloadDigest(payload map[string]fileProjection, fsGroup *int64) [sha256.Size]byte {
 	paths := make([]string, 0, len(payload))
 	for p := range payload {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	h := sha256.New()
+	if fsGroup != nil {
+		fmt.Fprintf(h, "fsGroup=%d;", *fsGroup)
+	}
 	for _, p := range paths {
 		f := payload[p]
-		fmt.Fprintf(h, "%d:%s:%o:%d:", len(p), p, f.Mode, len(f.Data))
+		owner := int64(-1)
+		if f.FsUser != nil {
+			owner = *f.FsUser
+		}
+		fmt.Fprintf(h, "%d:%s:%o:%d:%d:", len(p), p, f.Mode, owner, len(f.Data))
 		h.Write(f.Data)
 	}
 	var d [sha256.Size]byte

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -811,5 +812,98 @@ func TestKubeGetterFromClientset(t *testing.T) {
 	tr, err := g.CreateToken(ctx, "ns1", "sa", &authenticationv1.TokenRequest{})
 	if err != nil || tr.Status.Token != "tok" || seen != "ns1/token/sa" {
 		t.Errorf("create token: %v %v, action %q", tr, err, seen)
+	}
+}
+
+func TestFSGroupAndFsUser(t *testing.T) {
+	requireRoot(t)
+	kube := &fakeKube{cms: map[string]*v1.ConfigMap{"ns1/c": {Data: map[string]string{"key": "v"}}}}
+	m, root, clk := newTestManager(t, kube)
+	pod := testPod(
+		v1.Volume{Name: "c", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: "c"}, DefaultMode: ptr.To[int32](0o400)}}},
+		v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		v1.Volume{Name: "tok", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o644),
+			Sources:     []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}},
+		}}},
+	)
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000), RunAsUser: ptr.To[int64](1000)}
+	tearDownOnCleanup(t, m, pod.UID)
+	ctx := context.Background()
+	if _, err := m.SetUpPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	owner := func(p string) (uint32, uint32, os.FileMode) {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		return st.Uid, st.Gid, fi.Mode() & (os.ModePerm | os.ModeSetgid)
+	}
+	tests := []struct {
+		path     string
+		uid, gid uint32
+		mode     os.FileMode
+	}{
+		{filepath.Join(volPath(root, pod.UID, pluginConfigMap, "c"), "key"), 0, 2000, 0o440},
+		{volPath(root, pod.UID, pluginEmptyDir, "e"), 0, 2000, os.ModeSetgid | 0o777},
+		{filepath.Join(volPath(root, pod.UID, pluginProjected, "tok"), "token"), 1000, 2000, 0o640},
+	}
+	for _, tt := range tests {
+		uid, gid, md := owner(tt.path)
+		if uid != tt.uid || gid != tt.gid || md != tt.mode {
+			t.Errorf("%s: uid %d gid %d mode %v, want %d %d %v", tt.path, uid, gid, md, tt.uid, tt.gid, tt.mode)
+		}
+	}
+
+	// A restarted manager (no memory of what it wrote) recognises the
+	// unchanged configMap on disk and does not rewrite it.
+	cmDir := volPath(root, pod.UID, pluginConfigMap, "c")
+	before := dataTarget(t, cmDir)
+	m2 := NewManager(root, kube, clk)
+	clk.Step(time.Second)
+	if _, err := m2.SetUpPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if after := dataTarget(t, cmDir); after != before {
+		t.Errorf("restarted manager rewrote unchanged data: %s -> %s", before, after)
+	}
+	if mps, _ := mountPointsUnder(m.podVolumesDir(pod.UID)); len(mps) != 1 {
+		t.Errorf("mounts after restart %v, want the one projected tmpfs", mps)
+	}
+}
+
+func TestConcurrentPods(t *testing.T) {
+	kube := &fakeKube{cms: map[string]*v1.ConfigMap{"ns1/c": {Data: map[string]string{"k": "v"}}}}
+	m, root, _ := newTestManager(t, kube, WithoutTmpfs())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		pod := testPod(v1.Volume{Name: "c", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}}}})
+		pod.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 3; j++ {
+				if _, err := m.SetUpPod(context.Background(), pod); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- m.TearDownPod(context.Background(), pod.UID)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if uids, _ := m.PodsWithVolumes(); len(uids) != 0 {
+		t.Errorf("pods with volumes left: %v (root %s)", uids, root)
 	}
 }

@@ -189,7 +189,13 @@ func (m *Manager) projectedPayload(ctx context.Context, pod *v1.Pod, volName str
 			if err != nil {
 				return nil, err
 			}
-			payload[src.ServiceAccountToken.Path] = fileProjection{Data: []byte(tok), Mode: defaultMode}
+			// Upstream: the token is 0600, owned by the pods' common user
+			// when there is one; with an fsGroup the group pass adds 0440.
+			mode, user := defaultMode, fsUserOf(pod)
+			if user != nil || fsGroupOf(pod) != nil {
+				mode = 0o600
+			}
+			payload[src.ServiceAccountToken.Path] = fileProjection{Data: []byte(tok), Mode: mode, FsUser: user}
 		case src.ClusterTrustBundle != nil:
 			return nil, fmt.Errorf("projected source %d: clusterTrustBundle is not supported by this node agent", i)
 		case src.PodCertificate != nil:

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 )
@@ -522,5 +523,36 @@ func TestMetadataFieldValue(t *testing.T) {
 	}
 	if _, err := MetadataFieldValue(pod, "v2", "metadata.name"); err == nil {
 		t.Error("apiVersion v2 accepted")
+	}
+}
+
+func TestSourcesFromClientset(t *testing.T) {
+	cs := fake.NewClientset(
+		kubernetesSvc(),
+		svc("ns1", "db", "10.0.0.12", v1.ServicePort{Port: 5432}),
+		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "cfg"}, Data: map[string]string{"K": "v"}},
+		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "sec"}, Data: map[string][]byte{"S": []byte("s")}},
+	)
+	pod := basePod()
+	c := &pod.Spec.Containers[0]
+	c.Env = []v1.EnvVar{
+		{Name: "K", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}, Key: "K"}}},
+		{Name: "S", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sec"}, Key: "S"}}},
+		{Name: "M", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "missing"}, Key: "K", Optional: ptr.To(true)}}},
+	}
+	got, err := ForContainer(context.Background(), pod, c, SourcesFromClientset(cs), info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := flatten(got)
+	want := map[string]bool{"K=v": true, "S=s": true, "DB_SERVICE_HOST=10.0.0.12": true, "KUBERNETES_SERVICE_HOST=10.96.0.1": true}
+	for _, kv := range g {
+		delete(want, kv)
+		if strings.HasPrefix(kv, "M=") {
+			t.Errorf("optional missing configMap produced %q", kv)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("missing %v in %v", want, g)
 	}
 }

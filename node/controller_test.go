@@ -844,3 +844,33 @@ type fakeImages struct{ list []*runtimeapi.Image }
 func (f *fakeImages) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
 	return append([]*runtimeapi.Image(nil), f.list...), nil
 }
+
+func TestHeartbeatClientCarriesStatusAndLease(t *testing.T) {
+	mainClient := fake.NewClientset()
+	hb := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u"}})
+	clk := clocktesting.NewFakeClock(testNow)
+	c, err := New(mainClient, hb, Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}, Kubelet: testKubeletConfig()}, nil, nil, clk, WithMachineInfo(testMachine()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mainClient.ClearActions()
+	clk.Step(10 * time.Second)
+	if err := c.updateNodeStatus(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.syncLease(ctx)
+	if got := mainClient.Actions(); len(got) != 0 {
+		t.Errorf("main client used for heartbeats: %v", got)
+	}
+	var verbs []string
+	for _, a := range hb.Actions() {
+		verbs = append(verbs, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	if want := []string{"get nodes", "patch nodes", "get leases", "create leases"}; !reflect.DeepEqual(verbs, want) {
+		t.Errorf("heartbeat client actions = %v, want %v", verbs, want)
+	}
+}

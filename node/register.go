@@ -114,7 +114,7 @@ func (c *Controller) tryRegister(ctx context.Context) error {
 	}
 	updated.Annotations[controllerAttachDetachAnnotation] = "true"
 	events = c.setNodeStatus(ctx, updated)
-	stored, err := c.patchNodeStatus(ctx, existing, updated)
+	stored, err := c.patchNodeStatus(ctx, c.client, existing, updated)
 	if err != nil {
 		return fmt.Errorf("reconciling existing node: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -255,7 +256,8 @@ func (c *Controller) tryUpdateNodeStatus(ctx context.Context, try int) error {
 		// The first try may be served from the apiserver's watch cache; retries read quorum.
 		opts.ResourceVersion = "0"
 	}
-	existing, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, opts)
+	// Status updates are heartbeats too: upstream sends them on the unthrottled client.
+	existing, err := c.heartbeat.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, opts)
 	if err != nil {
 		if apierrors.IsNotFound(err) && c.registerNode && try > 0 {
 			// Deleted behind our back: register again on the next loop (upstream needs a restart).
@@ -275,7 +277,7 @@ func (c *Controller) tryUpdateNodeStatus(ctx context.Context, try int) error {
 		c.setNode(existing)
 		return nil
 	}
-	stored, err := c.patchNodeStatus(ctx, existing, updated)
+	stored, err := c.patchNodeStatus(ctx, c.heartbeat, existing, updated)
 	if err != nil {
 		return err
 	}
@@ -295,12 +297,12 @@ func (c *Controller) recordEvents(events []conditionEvent) {
 }
 
 // patchNodeStatus sends a strategic merge patch from old to updated on the status subresource.
-func (c *Controller) patchNodeStatus(ctx context.Context, old, updated *v1.Node) (*v1.Node, error) {
+func (c *Controller) patchNodeStatus(ctx context.Context, client kubernetes.Interface, old, updated *v1.Node) (*v1.Node, error) {
 	patch, err := nodeStatusPatch(old, updated)
 	if err != nil {
 		return nil, err
 	}
-	n, err := c.client.CoreV1().Nodes().Patch(ctx, c.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	n, err := client.CoreV1().Nodes().Patch(ctx, c.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return nil, fmt.Errorf("patching status of node %q: %w", c.cfg.NodeName, err)
 	}

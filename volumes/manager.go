@@ -299,8 +299,14 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer func() {
+		// A SetUpPod already waiting on st.mu must start from scratch.
+		st.prepared = map[string]bool{}
+		st.written = map[string][sha256.Size]byte{}
+		st.tokens = map[string]*cachedToken{}
 		m.mu.Lock()
-		delete(m.pods, podUID)
+		if m.pods[podUID] == st {
+			delete(m.pods, podUID)
+		}
 		m.mu.Unlock()
 	}()
 

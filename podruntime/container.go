@@ -1,0 +1,519 @@
+package podruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podstatus"
+	"github.com/nodelet/nodelet/volumes"
+)
+
+func isNotFound(err error) bool { return cri.IsNotFound(err) }
+
+// Paths the runtime hides or makes read-only in unprivileged containers, as the
+// upstream kubelet asks for them.
+var (
+	defaultMaskedPaths = []string{
+		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// startContainer pulls, creates and starts one container. A non-nil Waiting says
+// why it could not start; the error is for the sync's caller.
+func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, sandboxID string,
+	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*podstatus.Waiting, error) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", c.Name)
+
+	imageRef, w, err := m.ensureImage(ctx, pod, c, sbCfg)
+	if err != nil || w != nil {
+		return w, err
+	}
+
+	restartCount := 0
+	if prev := latestByName(st)[c.Name]; prev != nil {
+		n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
+		restartCount = n + 1
+	}
+	node := m.node()
+	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
+		PodIPs: podIPs, HostIPs: node.HostIPs, NodeName: node.Name, NodeAllocatable: node.Allocatable,
+		MasterServiceNamespace: v1.NamespaceDefault,
+	})
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
+	}
+	mounts, err := m.mounts(pod, c, vols, restartCount)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
+		Image:      &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
+		Command:    c.Command,
+		Args:       c.Args,
+		WorkingDir: c.WorkingDir,
+		Envs:       envs,
+		Mounts:     mounts,
+		LogPath:    filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
+		Stdin:      c.Stdin,
+		StdinOnce:  c.StdinOnce,
+		Tty:        c.TTY,
+		Labels: map[string]string{
+			cri.LabelPodName:       pod.Name,
+			cri.LabelPodNamespace:  pod.Namespace,
+			cri.LabelPodUID:        string(pod.UID),
+			cri.LabelContainerName: c.Name,
+		},
+		Annotations: map[string]string{
+			cri.AnnotationContainerHash:             ContainerHash(c),
+			cri.AnnotationContainerRestartCount:     strconv.Itoa(restartCount),
+			cri.AnnotationTerminationMessagePath:    c.TerminationMessagePath,
+			cri.AnnotationTerminationMessagePolicy:  string(c.TerminationMessagePolicy),
+			cri.AnnotationPodTerminationGracePeriod: strconv.FormatInt(gracePeriod(pod, nil), 10),
+		},
+		Linux: m.linuxContainerConfig(pod, c, sbCfg),
+	}
+	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		return &podstatus.Waiting{Reason: "CreateContainerError", Message: err.Error()}, fmt.Errorf("creating container %s: %w", c.Name, err)
+	}
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	if err := m.rt.StartContainer(ctx, id); err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		return &podstatus.Waiting{Reason: "RunContainerError", Message: err.Error()}, fmt.Errorf("starting container %s: %w", c.Name, err)
+	}
+	if restartCount > 0 {
+		// Every restart moves the crash-loop back-off on (10s, 20s, ... up to the max).
+		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+	}
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount)
+	return nil, nil
+}
+
+// mounts turns volumeMounts into CRI mounts, plus the termination-message file and
+// the managed /etc/hosts.
+func (m *Manager) mounts(pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, restartCount int) ([]*runtimeapi.Mount, error) {
+	var out []*runtimeapi.Mount
+	hasEtcHosts := false
+	for _, vm := range c.VolumeMounts {
+		hv, ok := vols[vm.Name]
+		if !ok {
+			return nil, fmt.Errorf("volumeMount %q of container %s names no volume of the pod", vm.Name, c.Name)
+		}
+		host := hv.Path
+		if vm.SubPath != "" || vm.SubPathExpr != "" {
+			sub := vm.SubPath
+			if vm.SubPathExpr != "" {
+				sub = expandSubPath(vm.SubPathExpr, pod)
+			}
+			if filepath.IsAbs(sub) || strings.Contains(filepath.Clean(sub), "..") {
+				return nil, fmt.Errorf("subPath %q of volumeMount %q must be a relative path without '..'", sub, vm.Name)
+			}
+			host = filepath.Join(hv.Path, sub)
+			if _, err := os.Stat(host); os.IsNotExist(err) {
+				if err := os.MkdirAll(host, 0o750); err != nil {
+					return nil, fmt.Errorf("creating subPath %s: %w", host, err)
+				}
+			}
+		}
+		if vm.MountPath == "/etc/hosts" {
+			hasEtcHosts = true
+		}
+		prop := runtimeapi.MountPropagation_PROPAGATION_PRIVATE
+		if vm.MountPropagation != nil {
+			switch *vm.MountPropagation {
+			case v1.MountPropagationHostToContainer:
+				prop = runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
+			case v1.MountPropagationBidirectional:
+				prop = runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
+			}
+		}
+		out = append(out, &runtimeapi.Mount{
+			ContainerPath:  vm.MountPath,
+			HostPath:       host,
+			Readonly:       vm.ReadOnly || hv.ReadOnly,
+			SelinuxRelabel: hv.SELinuxRelabel,
+			Propagation:    prop,
+		})
+	}
+	if !hasEtcHosts {
+		if p := m.hostsFilePath(pod.UID); fileExists(p) {
+			out = append(out, &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: p})
+		}
+	}
+	if c.TerminationMessagePath != "" {
+		dir := filepath.Join(m.PodDir(pod.UID), "containers", c.Name)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("creating termination message directory: %w", err)
+		}
+		f := filepath.Join(dir, strconv.Itoa(restartCount))
+		if err := os.WriteFile(f, nil, 0o666); err != nil {
+			return nil, fmt.Errorf("creating termination message file: %w", err)
+		}
+		// The container may run as any user; it must be able to write its message.
+		_ = os.Chmod(f, 0o666)
+		out = append(out, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: f})
+	}
+	return out, nil
+}
+
+func expandSubPath(expr string, pod *v1.Pod) string {
+	return os.Expand(expr, func(k string) string {
+		switch k {
+		case "POD_NAME":
+			return pod.Name
+		case "POD_NAMESPACE":
+			return pod.Namespace
+		case "POD_UID":
+			return string(pod.UID)
+		}
+		return ""
+	})
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func (m *Manager) hostsFilePath(uid types.UID) string {
+	return filepath.Join(m.PodDir(uid), "etc-hosts")
+}
+
+// writeHostsFile writes the pod's managed /etc/hosts: the host's file for
+// host-network pods, a generated one naming the pod's IPs otherwise.
+func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
+	var b strings.Builder
+	if pod.Spec.HostNetwork {
+		data, err := os.ReadFile("/etc/hosts")
+		if err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("reading host /etc/hosts: %w", err)
+		}
+		b.WriteString("# Kubernetes-managed hosts file (host network).\n")
+		b.Write(data)
+	} else {
+		b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
+		host, _ := podHostname(pod)
+		for _, ip := range podIPs {
+			name := host
+			if pod.Spec.Subdomain != "" && m.cfg.ClusterDomain != "" {
+				name = fmt.Sprintf("%s.%s.%s.svc.%s\t%s", host, pod.Spec.Subdomain, pod.Namespace, m.cfg.ClusterDomain, host)
+			}
+			fmt.Fprintf(&b, "%s\t%s\n", ip, name)
+		}
+	}
+	if len(pod.Spec.HostAliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, ha := range pod.Spec.HostAliases {
+			fmt.Fprintf(&b, "%s\t%s\n", ha.IP, strings.Join(ha.Hostnames, "\t"))
+		}
+	}
+	p := m.hostsFilePath(pod.UID)
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return fmt.Errorf("creating pod directory: %w", err)
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing pod hosts file: %w", err)
+	}
+	return nil
+}
+
+// linuxContainerConfig maps resources and the security context.
+func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) *runtimeapi.LinuxContainerConfig {
+	res := &runtimeapi.LinuxContainerResources{}
+	cpuReq := c.Resources.Requests.Cpu().MilliValue()
+	if cpuReq == 0 && !c.Resources.Limits.Cpu().IsZero() {
+		cpuReq = c.Resources.Limits.Cpu().MilliValue()
+	}
+	res.CpuShares = milliCPUToShares(cpuReq)
+	if lim := c.Resources.Limits.Cpu().MilliValue(); lim > 0 && m.cfg.CPUCFSQuota {
+		period := m.cfg.CPUCFSQuotaPeriod.Microseconds()
+		res.CpuPeriod = period
+		res.CpuQuota = milliCPUToQuota(lim, period)
+	}
+	if lim := c.Resources.Limits.Memory().Value(); lim > 0 {
+		res.MemoryLimitInBytes = lim
+	}
+	res.OomScoreAdj = oomScoreAdj(pod, c, m.memoryCapacity())
+
+	sc := &runtimeapi.LinuxContainerSecurityContext{
+		NamespaceOptions: sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		MaskedPaths:      defaultMaskedPaths,
+		ReadonlyPaths:    defaultReadonlyPaths,
+	}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		if psc.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
+		}
+		if psc.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
+		}
+		sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
+		if psc.FSGroup != nil {
+			sc.SupplementalGroups = append(sc.SupplementalGroups, *psc.FSGroup)
+		}
+		if psc.SeccompProfile != nil {
+			sc.Seccomp = seccompProfile(psc.SeccompProfile)
+		}
+	}
+	if csc := c.SecurityContext; csc != nil {
+		if csc.Privileged != nil && *csc.Privileged {
+			sc.Privileged = true
+			sc.MaskedPaths, sc.ReadonlyPaths = nil, nil
+		}
+		if csc.ProcMount != nil && *csc.ProcMount == v1.UnmaskedProcMount {
+			sc.MaskedPaths, sc.ReadonlyPaths = nil, nil
+		}
+		if csc.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
+		}
+		if csc.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *csc.RunAsGroup}
+		}
+		if csc.ReadOnlyRootFilesystem != nil {
+			sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
+		}
+		if csc.AllowPrivilegeEscalation != nil {
+			sc.NoNewPrivs = !*csc.AllowPrivilegeEscalation
+		}
+		if caps := csc.Capabilities; caps != nil {
+			sc.Capabilities = &runtimeapi.Capability{}
+			for _, a := range caps.Add {
+				sc.Capabilities.AddCapabilities = append(sc.Capabilities.AddCapabilities, capName(a))
+			}
+			for _, d := range caps.Drop {
+				sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, capName(d))
+			}
+		}
+		if csc.SeccompProfile != nil {
+			sc.Seccomp = seccompProfile(csc.SeccompProfile)
+		}
+	}
+	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}
+}
+
+func capName(c v1.Capability) string {
+	s := strings.ToUpper(string(c))
+	if s == "ALL" || strings.HasPrefix(s, "CAP_") {
+		return s
+	}
+	return "CAP_" + s
+}
+
+func (m *Manager) memoryCapacity() int64 {
+	n := m.node()
+	if n.MemoryCapacity > 0 {
+		return n.MemoryCapacity
+	}
+	return n.Allocatable.Memory().Value()
+}
+
+// CPU share and quota arithmetic as cgroups define it.
+const (
+	minShares     = 2
+	sharesPerCPU  = 1024
+	milliCPUToCPU = 1000
+	minQuotaUsec  = 1000
+)
+
+func milliCPUToShares(milli int64) int64 {
+	if milli == 0 {
+		return minShares
+	}
+	s := milli * sharesPerCPU / milliCPUToCPU
+	if s < minShares {
+		return minShares
+	}
+	return s
+}
+
+func milliCPUToQuota(milli, period int64) int64 {
+	q := milli * period / milliCPUToCPU
+	if q < minQuotaUsec {
+		return minQuotaUsec
+	}
+	return q
+}
+
+// oomScoreAdj follows the upstream QoS policy: Guaranteed -997, BestEffort 1000,
+// Burstable 1000 - 1000*memoryRequest/capacity within [2, 999] (node-critical pods -997).
+func oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
+	if pod.Spec.Priority != nil && *pod.Spec.Priority >= 2000001000 {
+		return -997
+	}
+	switch podstatus.QOSClass(pod) {
+	case v1.PodQOSGuaranteed:
+		return -997
+	case v1.PodQOSBestEffort:
+		return 1000
+	}
+	req := c.Resources.Requests.Memory().Value()
+	if capacity <= 0 {
+		return 999
+	}
+	adj := 1000 - (1000*req)/capacity
+	if adj < 2 {
+		adj = 2
+	}
+	if adj >= 1000 {
+		adj = 999
+	}
+	return adj
+}
+
+var errNeverPull = errors.New("image not present with pull policy Never")
+
+// pullPolicy defaults as the API server does: Always for :latest or no tag.
+func pullPolicy(c *v1.Container) v1.PullPolicy {
+	if c.ImagePullPolicy != "" {
+		return c.ImagePullPolicy
+	}
+	img := c.Image
+	if i := strings.LastIndex(img, "@"); i >= 0 {
+		return v1.PullIfNotPresent
+	}
+	slash := strings.LastIndex(img, "/")
+	colon := strings.LastIndex(img, ":")
+	if colon <= slash || strings.HasSuffix(img, ":latest") {
+		return v1.PullAlways
+	}
+	return v1.PullIfNotPresent
+}
+
+func imageBackoffKey(pod *v1.Pod, c *v1.Container) string {
+	return string(pod.UID) + "_" + c.Image
+}
+
+// ensureImage makes sure the container's image is present according to its pull
+// policy, and returns its reference.
+func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
+	if c.Image == "" {
+		return "", &podstatus.Waiting{Reason: "InvalidImageName", Message: "container has no image"}, fmt.Errorf("container %s has no image", c.Name)
+	}
+	spec := &runtimeapi.ImageSpec{Image: c.Image, UserSpecifiedImage: c.Image}
+	policy := pullPolicy(c)
+	present := ""
+	if policy != v1.PullAlways {
+		resp, err := m.img.ImageStatus(ctx, spec, false)
+		if err != nil {
+			return "", &podstatus.Waiting{Reason: "ErrImageInspect", Message: err.Error()}, fmt.Errorf("inspecting image %s: %w", c.Image, err)
+		}
+		if resp.GetImage() != nil {
+			present = resp.GetImage().GetId()
+		}
+	}
+	if present != "" {
+		m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+		return present, nil, nil
+	}
+	if policy == v1.PullNever {
+		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
+		return "", &podstatus.Waiting{Reason: "ErrImageNeverPull", Message: msg}, fmt.Errorf("%s: %w", msg, errNeverPull)
+	}
+	key := imageBackoffKey(pod, c)
+	if m.imageBackoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
+		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
+	}
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	select {
+	case m.pullSlots <- struct{}{}:
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
+	}
+	start := m.clock.Now()
+	ref, err := m.img.PullImage(ctx, spec, nil, sbCfg)
+	<-m.pullSlots
+	if err != nil {
+		m.imageBackoff.Next(key, m.clock.Now())
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
+		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, fmt.Errorf("pulling image %s: %w", c.Image, err)
+	}
+	m.imageBackoff.Reset(key)
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", c.Image, m.clock.Since(start).Round(1e6))
+	return ref, nil, nil
+}
+
+// TerminationMessage reads what a terminated container left in its termination
+// message file, falling back to the log tail when the policy asks for it.
+func TerminationMessage(spec *v1.Container, st *runtimeapi.ContainerStatus) string {
+	const maxBytes = 4096
+	path := ""
+	for _, mnt := range st.GetMounts() {
+		if spec.TerminationMessagePath != "" && mnt.GetContainerPath() == spec.TerminationMessagePath {
+			path = mnt.GetHostPath()
+		}
+	}
+	if path != "" {
+		if data, err := readAtMost(path, maxBytes, false); err == nil && len(data) > 0 {
+			return string(data)
+		}
+	}
+	if spec.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError && st.ExitCode != 0 && st.GetLogPath() != "" {
+		if data, err := readAtMost(st.GetLogPath(), 2048, true); err == nil {
+			return criLogText(data)
+		}
+	}
+	return ""
+}
+
+func readAtMost(path string, n int64, tail bool) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if tail {
+		if fi, err := f.Stat(); err == nil && fi.Size() > n {
+			if _, err := f.Seek(fi.Size()-n, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	buf := make([]byte, n)
+	k, err := f.Read(buf)
+	if err != nil && k == 0 {
+		return nil, err
+	}
+	return buf[:k], nil
+}
+
+// criLogText strips the CRI log prefix (timestamp stream tag) from each line.
+func criLogText(data []byte) string {
+	var b strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) == 4 {
+			b.WriteString(f[3])
+			if f[2] == "F" {
+				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,350 @@
+// Package podruntime drives the container runtime toward a pod's spec: it decides
+// what to do (ComputeActions, a pure function) and does it over CRI.
+package podruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podstatus"
+	"github.com/nodelet/nodelet/volumes"
+)
+
+// Runtime is the part of the CRI runtime service podruntime uses.
+type Runtime interface {
+	RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error)
+	StopPodSandbox(ctx context.Context, podSandboxID string) error
+	RemovePodSandbox(ctx context.Context, podSandboxID string) error
+	PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error)
+	CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+	StartContainer(ctx context.Context, containerID string) error
+	StopContainer(ctx context.Context, containerID string, timeout int64) error
+	RemoveContainer(ctx context.Context, containerID string) error
+}
+
+// Images is the part of the CRI image service podruntime uses.
+type Images interface {
+	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error)
+	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+}
+
+// Volumes prepares a pod's volumes on the host.
+type Volumes interface {
+	SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error)
+}
+
+// NodeFacts describes the node a pod runs on, as env vars and limits need it.
+type NodeFacts struct {
+	Name        string
+	HostIPs     []string
+	Allocatable v1.ResourceList
+	// MemoryCapacity is the node's memory in bytes (for OOM score adjustment).
+	MemoryCapacity int64
+}
+
+// Config holds the node-wide settings podruntime applies to every pod.
+type Config struct {
+	RootDir           string
+	PodLogsDir        string
+	ClusterDNS        []string
+	ClusterDomain     string
+	ResolvConf        string
+	CPUCFSQuota       bool
+	CPUCFSQuotaPeriod time.Duration
+	// MaxParallelImagePulls bounds concurrent pulls; 1 means serialized pulls.
+	MaxParallelImagePulls int
+	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
+	CgroupParentFunc func(pod *v1.Pod) string
+	// CrashLoopBackOffMax caps the restart back-off (default 5m).
+	CrashLoopBackOffMax time.Duration
+}
+
+// CgroupParent returns the cgroup parent for pod, or "".
+func (c Config) CgroupParent(pod *v1.Pod) string {
+	if c.CgroupParentFunc == nil {
+		return ""
+	}
+	return c.CgroupParentFunc(pod)
+}
+
+// Manager runs pods on a CRI runtime.
+type Manager struct {
+	cfg      Config
+	rt       Runtime
+	img      Images
+	vols     Volumes
+	env      envvars.Sources
+	node     func() NodeFacts
+	recorder record.EventRecorder
+	clock    clock.Clock
+
+	backoff      *flowcontrol.Backoff
+	imageBackoff *flowcontrol.Backoff
+	pullSlots    chan struct{}
+}
+
+// New returns a Manager. recorder may be a record.FakeRecorder or one that drops events.
+func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, node func() NodeFacts, recorder record.EventRecorder, clk clock.Clock) *Manager {
+	if cfg.CrashLoopBackOffMax == 0 {
+		cfg.CrashLoopBackOffMax = 5 * time.Minute
+	}
+	if cfg.CPUCFSQuotaPeriod == 0 {
+		cfg.CPUCFSQuotaPeriod = 100 * time.Millisecond
+	}
+	if cfg.MaxParallelImagePulls < 1 {
+		cfg.MaxParallelImagePulls = 1
+	}
+	initial := 10 * time.Second
+	if initial > cfg.CrashLoopBackOffMax {
+		initial = cfg.CrashLoopBackOffMax
+	}
+	return &Manager{
+		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk,
+		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
+		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
+		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
+	}
+}
+
+// Result tells the caller how the sync went.
+type Result struct {
+	// Waiting holds why containers are not running (back-off, image, config errors).
+	Waiting map[string]podstatus.Waiting
+	// RequeueAfter asks for another sync after a back-off ends; 0 means none.
+	RequeueAfter time.Duration
+	// InitFailed means the pod failed for good (init container under restartPolicy Never).
+	InitFailed bool
+}
+
+// SyncPod drives the runtime one step toward pod's spec.
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	acts := ComputeActions(pod, st, m.backoff, m.clock.Now())
+	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
+	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
+		"nextInit", acts.NextInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))
+
+	if acts.KillPod {
+		if acts.CreateSandbox && len(st.Sandboxes) > 0 {
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+		}
+		if err := m.KillPod(ctx, pod, st, nil); err != nil {
+			return res, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
+		}
+		if !acts.CreateSandbox {
+			return res, nil
+		}
+	}
+	for id, reason := range acts.KillContainers {
+		logger.Info("Stopping container", "containerID", id, "reason", reason)
+		if err := m.rt.StopContainer(ctx, id, gracePeriod(pod, nil)); err != nil && !isNotFound(err) {
+			return res, fmt.Errorf("stopping container %s (%s): %w", id, reason, err)
+		}
+	}
+	if !acts.CreateSandbox && acts.NextInit < 0 && len(acts.StartContainers) == 0 {
+		return res, nil
+	}
+
+	vols, err := m.vols.SetUpPod(ctx, pod)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", err)
+		return res, fmt.Errorf("setting up volumes: %w", err)
+	}
+
+	sandboxID := acts.SandboxID
+	attempt := uint32(0)
+	if len(st.Sandboxes) > 0 {
+		attempt = st.Sandboxes[0].GetMetadata().GetAttempt()
+	}
+	if acts.CreateSandbox {
+		attempt = acts.Attempt
+	}
+	sbCfg, err := m.SandboxConfig(pod, attempt)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to build pod sandbox config: %v", err)
+		return res, fmt.Errorf("building sandbox config: %w", err)
+	}
+	podIPs := st.IPs
+	if acts.CreateSandbox {
+		if err := os.MkdirAll(sbCfg.LogDirectory, 0o755); err != nil {
+			return res, fmt.Errorf("creating pod log directory: %w", err)
+		}
+		id, err := m.rt.RunPodSandbox(ctx, sbCfg, runtimeHandler(pod))
+		if err != nil {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			return res, fmt.Errorf("creating pod sandbox: %w", err)
+		}
+		sandboxID = id
+		logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
+		resp, err := m.rt.PodSandboxStatus(ctx, id, false)
+		if err != nil {
+			return res, fmt.Errorf("reading status of new sandbox %s: %w", id, err)
+		}
+		podIPs = sandboxIPs(resp.GetStatus())
+	}
+	if pod.Spec.HostNetwork {
+		podIPs = m.node().HostIPs
+	}
+	if err := m.writeHostsFile(pod, podIPs); err != nil {
+		return res, err
+	}
+
+	start := func(c *v1.Container, isInit bool) error {
+		w, err := m.startContainer(ctx, pod, st, c, sandboxID, sbCfg, vols, podIPs)
+		if w != nil {
+			res.Waiting[c.Name] = *w
+			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
+				if d := m.imageBackoff.Get(imageBackoffKey(pod, c)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+					res.RequeueAfter = d
+				}
+			}
+		}
+		return err
+	}
+	if acts.NextInit >= 0 {
+		if err := start(&pod.Spec.InitContainers[acts.NextInit], true); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+	var errs []error
+	for _, i := range acts.StartContainers {
+		if err := start(&pod.Spec.Containers[i], false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func runtimeHandler(pod *v1.Pod) string {
+	// RuntimeClass lookups need the API; the default handler serves pods without one.
+	return ""
+}
+
+func sandboxIPs(s *runtimeapi.PodSandboxStatus) []string {
+	var ips []string
+	if ip := s.GetNetwork().GetIp(); ip != "" {
+		ips = append(ips, ip)
+	}
+	for _, a := range s.GetNetwork().GetAdditionalIps() {
+		if a.GetIp() != "" {
+			ips = append(ips, a.GetIp())
+		}
+	}
+	return ips
+}
+
+// gracePeriod returns the seconds a container gets between SIGTERM and SIGKILL.
+func gracePeriod(pod *v1.Pod, override *int64) int64 {
+	g := int64(30)
+	switch {
+	case override != nil:
+		g = *override
+	case pod.DeletionGracePeriodSeconds != nil:
+		g = *pod.DeletionGracePeriodSeconds
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		g = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	// The upstream kubelet never kills faster than this, so a container always gets a chance.
+	const minimumGracePeriod = 2
+	if g < minimumGracePeriod {
+		g = minimumGracePeriod
+	}
+	return g
+}
+
+// KillPod stops every running container of the pod (in parallel, each with the
+// grace period) and then its sandboxes. Containers and sandboxes stay for GC or
+// RemovePod, so logs and exit codes survive.
+func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64) error {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	grace := gracePeriod(pod, graceOverride)
+	var wg sync.WaitGroup
+	errCh := make(chan error, len(st.Containers))
+	for _, c := range st.Containers {
+		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING && c.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			continue
+		}
+		wg.Add(1)
+		go func(c *runtimeapi.ContainerStatus) {
+			defer wg.Done()
+			name := containerName(c)
+			if pod.Name != "" {
+				m.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "Stopping container %s", name)
+			}
+			logger.V(2).Info("Killing container", "container", name, "containerID", c.Id, "gracePeriod", grace)
+			if err := m.rt.StopContainer(ctx, c.Id, grace); err != nil && !isNotFound(err) {
+				errCh <- fmt.Errorf("stopping container %s: %w", name, err)
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errCh)
+	var errs []error
+	for err := range errCh {
+		errs = append(errs, err)
+	}
+	for _, sb := range st.Sandboxes {
+		if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		if err := m.rt.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("stopping sandbox %s: %w", sb.Id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemovePod removes every container and sandbox of a pod that is gone for good,
+// plus its log directory and pod directory (after volumes were torn down).
+func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error {
+	var errs []error
+	for _, c := range st.Containers {
+		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing container %s: %w", c.Id, err))
+		}
+	}
+	for _, sb := range st.Sandboxes {
+		if err := m.rt.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
+		}
+	}
+	if logDir != "" {
+		if err := os.RemoveAll(logDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing pod log directory: %w", err))
+		}
+	}
+	for _, sub := range []string{"containers", "etc-hosts", "plugins"} {
+		_ = os.RemoveAll(filepath.Join(m.PodDir(uid), sub))
+	}
+	// The pod directory goes only once volumes were torn down (it is empty then).
+	_ = os.Remove(filepath.Join(m.PodDir(uid), "volumes"))
+	_ = os.Remove(m.PodDir(uid))
+	return errors.Join(errs...)
+}
+
+// PodDir is <rootDir>/pods/<uid>.
+func (m *Manager) PodDir(uid types.UID) string {
+	return filepath.Join(m.cfg.RootDir, "pods", string(uid))
+}
+
+// GCBackoff drops back-off entries nobody touched for a long time.
+func (m *Manager) GCBackoff() {
+	m.backoff.GC()
+	m.imageBackoff.GC()
+}

@@ -1,0 +1,542 @@
+// Package podstatus computes a pod's API status from its spec and what the runtime
+// reports. It is pure: the same inputs always give the same status, which is what
+// lets the status manager patch only on real changes.
+package podstatus
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/pleg"
+)
+
+// Waiting is why a container is not running, as decided by the last sync
+// (CrashLoopBackOff, ErrImagePull, CreateContainerConfigError, ...).
+type Waiting struct {
+	Reason  string
+	Message string
+}
+
+// Input is everything Generate needs.
+type Input struct {
+	Pod      *v1.Pod
+	Runtime  *pleg.PodStatus // nil when the runtime knows nothing of the pod
+	Previous v1.PodStatus    // the status last computed or seen in the API
+	// Waiting holds per-container reasons from the last sync, by container name.
+	Waiting map[string]Waiting
+	HostIPs []string
+	// RuntimeName prefixes container IDs ("containerd://<id>").
+	RuntimeName string
+	// TerminationMessage reads the message a terminated container left, if any.
+	TerminationMessage func(spec *v1.Container, st *runtimeapi.ContainerStatus) string
+	// Readiness reports probe-driven readiness for a running container; nil
+	// means a running container is ready (no probes yet).
+	Readiness func(containerID string) (ready, known bool)
+	Now       time.Time
+	// Terminal means the pod is done on this node (deleted, or finished): its phase
+	// must become Succeeded or Failed once its containers stopped.
+	Terminal bool
+}
+
+// Generate returns the pod status to report.
+func Generate(in Input) v1.PodStatus {
+	pod := in.Pod
+	prev := in.Previous
+	rt := in.Runtime
+	if rt == nil {
+		rt = &pleg.PodStatus{UID: pod.UID}
+	}
+	s := v1.PodStatus{
+		QOSClass: QOSClass(pod),
+	}
+	s.StartTime = prev.StartTime
+	if s.StartTime == nil {
+		t := metav1.NewTime(in.Now)
+		s.StartTime = &t
+	}
+	for _, ip := range in.HostIPs {
+		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip})
+	}
+	if len(in.HostIPs) > 0 {
+		s.HostIP = in.HostIPs[0]
+	}
+	ips := rt.IPs
+	if pod.Spec.HostNetwork {
+		ips = in.HostIPs
+	}
+	if len(ips) == 0 && len(prev.PodIPs) > 0 && sandboxReady(rt) {
+		for _, p := range prev.PodIPs {
+			ips = append(ips, p.IP)
+		}
+	}
+	for _, ip := range ips {
+		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		s.PodIP = ips[0]
+	}
+
+	byName := containersByName(rt)
+	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, byName, prev.InitContainerStatuses)
+	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses)
+
+	s.Phase = phase(pod, s.InitContainerStatuses, s.ContainerStatuses)
+	if in.Terminal && !IsTerminal(s.Phase) && !anyRunning(s.InitContainerStatuses) && !anyRunning(s.ContainerStatuses) {
+		s.Phase = terminalPhase(s.ContainerStatuses)
+	}
+	// A terminal phase is final: a pod that succeeded or failed never runs again.
+	if prev.Phase == v1.PodSucceeded || prev.Phase == v1.PodFailed {
+		s.Phase = prev.Phase
+		s.Reason, s.Message = prev.Reason, prev.Message
+	}
+	s.Conditions = conditions(in, s)
+	return s
+}
+
+func anyRunning(list []v1.ContainerStatus) bool {
+	for _, c := range list {
+		if c.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// terminalPhase is Succeeded when every container ended with exit code 0.
+func terminalPhase(list []v1.ContainerStatus) v1.PodPhase {
+	for _, c := range list {
+		t := c.State.Terminated
+		if t == nil {
+			t = c.LastTerminationState.Terminated
+		}
+		if t == nil || t.ExitCode != 0 {
+			return v1.PodFailed
+		}
+	}
+	return v1.PodSucceeded
+}
+
+// IsTerminal reports whether the phase is Succeeded or Failed.
+func IsTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+func sandboxReady(rt *pleg.PodStatus) bool {
+	return len(rt.Sandboxes) > 0 && rt.Sandboxes[0].State == runtimeapi.PodSandboxState_SANDBOX_READY
+}
+
+// containersByName groups the runtime's containers by container name, newest first.
+func containersByName(rt *pleg.PodStatus) map[string][]*runtimeapi.ContainerStatus {
+	m := map[string][]*runtimeapi.ContainerStatus{}
+	for _, c := range rt.Containers {
+		name := c.GetLabels()[cri.LabelContainerName]
+		if name == "" && c.GetMetadata() != nil {
+			name = c.GetMetadata().GetName()
+		}
+		m[name] = append(m[name], c)
+	}
+	for _, list := range m {
+		sort.SliceStable(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
+	}
+	return m
+}
+
+func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runtimeapi.ContainerStatus, prev []v1.ContainerStatus) []v1.ContainerStatus {
+	if len(specs) == 0 {
+		return nil
+	}
+	prevByName := map[string]v1.ContainerStatus{}
+	for _, p := range prev {
+		prevByName[p.Name] = p
+	}
+	out := make([]v1.ContainerStatus, 0, len(specs))
+	for i := range specs {
+		spec := &specs[i]
+		list := byName[spec.Name]
+		cs := v1.ContainerStatus{Name: spec.Name, Image: spec.Image}
+		if len(list) == 0 {
+			p, had := prevByName[spec.Name]
+			w, ok := in.Waiting[spec.Name]
+			if !ok {
+				w = Waiting{Reason: "ContainerCreating"}
+				if initPending(in.Pod, spec) {
+					w.Reason = "PodInitializing"
+				}
+			}
+			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
+			if had {
+				// The runtime lost the containers (removed); keep what we knew.
+				cs.RestartCount = p.RestartCount
+				cs.LastTerminationState = p.LastTerminationState
+				if p.State.Terminated != nil {
+					cs.State = p.State
+				}
+			}
+			out = append(out, cs)
+			continue
+		}
+		cur := list[0]
+		cs.ContainerID = containerID(in.RuntimeName, cur.Id)
+		cs.ImageID = cur.GetImageRef()
+		if cur.GetImage() != nil && cur.GetImage().GetImage() != "" && cs.Image == "" {
+			cs.Image = cur.GetImage().GetImage()
+		}
+		cs.RestartCount = restartCount(cur)
+		switch cur.State {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			cs.State.Running = &v1.ContainerStateRunning{StartedAt: nanoTime(cur.StartedAt)}
+			ready := true
+			if in.Readiness != nil {
+				if r, known := in.Readiness(cur.Id); known {
+					ready = r
+				}
+			}
+			cs.Ready = ready
+			started := true
+			cs.Started = &started
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			cs.State.Terminated = terminated(in, spec, cur)
+			started := false
+			cs.Started = &started
+		default:
+			reason := "ContainerCreating"
+			if w, ok := in.Waiting[spec.Name]; ok {
+				reason = w.Reason
+			}
+			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason}
+		}
+		if len(list) > 1 && list[1].State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			cs.LastTerminationState.Terminated = terminated(in, spec, list[1])
+		} else if p, ok := prevByName[spec.Name]; ok && p.ContainerID != cs.ContainerID && p.State.Terminated != nil {
+			// The previous instance was garbage collected; remember how it ended.
+			cs.LastTerminationState.Terminated = p.State.Terminated
+		} else if ok && p.LastTerminationState.Terminated != nil && p.ContainerID == cs.ContainerID {
+			cs.LastTerminationState = p.LastTerminationState
+		}
+		// A dead container the sync loop decided not to restart yet waits in back-off.
+		if cs.State.Terminated != nil {
+			if w, ok := in.Waiting[spec.Name]; ok && w.Reason != "" {
+				cs.LastTerminationState.Terminated = cs.State.Terminated
+				cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
+			}
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// initPending reports whether spec is an app container still behind init containers.
+func initPending(pod *v1.Pod, spec *v1.Container) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == spec.Name {
+			return false
+		}
+	}
+	return true
+}
+
+func terminated(in Input, spec *v1.Container, c *runtimeapi.ContainerStatus) *v1.ContainerStateTerminated {
+	t := &v1.ContainerStateTerminated{
+		ExitCode:    c.ExitCode,
+		Reason:      c.Reason,
+		Message:     c.Message,
+		StartedAt:   nanoTime(c.StartedAt),
+		FinishedAt:  nanoTime(c.FinishedAt),
+		ContainerID: containerID(in.RuntimeName, c.Id),
+	}
+	if t.Reason == "" {
+		t.Reason = "Completed"
+		if c.ExitCode != 0 {
+			t.Reason = "Error"
+		}
+	}
+	if in.TerminationMessage != nil {
+		if msg := in.TerminationMessage(spec, c); msg != "" {
+			t.Message = msg
+		}
+	}
+	return t
+}
+
+func containerID(runtimeName, id string) string {
+	if runtimeName == "" {
+		runtimeName = "containerd"
+	}
+	return runtimeName + "://" + id
+}
+
+func restartCount(c *runtimeapi.ContainerStatus) int32 {
+	var n int32
+	for _, r := range c.GetAnnotations()[cri.AnnotationContainerRestartCount] {
+		if r < '0' || r > '9' {
+			return 0
+		}
+		n = n*10 + int32(r-'0')
+	}
+	return n
+}
+
+func nanoTime(ns int64) metav1.Time {
+	if ns == 0 {
+		return metav1.Time{}
+	}
+	return metav1.NewTime(time.Unix(0, ns))
+}
+
+// phase follows the upstream rules for each restartPolicy.
+func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase {
+	// Init containers: a failed one under Never fails the pod; any not yet done keeps it Pending.
+	for i, ic := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			if i < len(initStatuses) && initStatuses[i].State.Running == nil && initStatuses[i].LastTerminationState.Terminated == nil && initStatuses[i].State.Terminated == nil {
+				return v1.PodPending
+			}
+			continue
+		}
+		var st *v1.ContainerStatus
+		for j := range initStatuses {
+			if initStatuses[j].Name == ic.Name {
+				st = &initStatuses[j]
+			}
+		}
+		if st == nil {
+			return v1.PodPending
+		}
+		if t := st.State.Terminated; t != nil && t.ExitCode == 0 {
+			continue
+		}
+		if t := st.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			return v1.PodFailed
+		}
+		if st.State.Waiting != nil && st.LastTerminationState.Terminated != nil && st.LastTerminationState.Terminated.ExitCode == 0 {
+			continue
+		}
+		return v1.PodPending
+	}
+	var running, waiting, stopped, succeeded, unknown int
+	for _, c := range pod.Spec.Containers {
+		var st *v1.ContainerStatus
+		for j := range statuses {
+			if statuses[j].Name == c.Name {
+				st = &statuses[j]
+			}
+		}
+		switch {
+		case st == nil:
+			unknown++
+		case st.State.Running != nil:
+			running++
+		case st.State.Terminated != nil:
+			stopped++
+			if st.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case st.State.Waiting != nil:
+			if st.LastTerminationState.Terminated != nil {
+				stopped++
+				if st.LastTerminationState.Terminated.ExitCode == 0 {
+					succeeded++
+				}
+			} else {
+				waiting++
+			}
+		default:
+			unknown++
+		}
+	}
+	switch {
+	case waiting > 0:
+		return v1.PodPending
+	case running > 0 && unknown == 0:
+		return v1.PodRunning
+	case running == 0 && stopped > 0 && unknown == 0:
+		switch pod.Spec.RestartPolicy {
+		case v1.RestartPolicyAlways:
+			return v1.PodRunning
+		case v1.RestartPolicyOnFailure:
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodRunning
+		default:
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodFailed
+		}
+	default:
+		return v1.PodPending
+	}
+}
+
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// conditions computes the kubelet-owned conditions, keeping transition times of
+// conditions whose status did not change, and any condition owned by others.
+func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
+	pod := in.Pod
+	initialized := true
+	for i, ic := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			if i >= len(s.InitContainerStatuses) || s.InitContainerStatuses[i].State.Running == nil {
+				initialized = initialized && i < len(s.InitContainerStatuses) && s.InitContainerStatuses[i].Started != nil && *s.InitContainerStatuses[i].Started
+			}
+			continue
+		}
+		done := false
+		for _, st := range s.InitContainerStatuses {
+			if st.Name != ic.Name {
+				continue
+			}
+			if t := st.State.Terminated; t != nil && t.ExitCode == 0 {
+				done = true
+			}
+			if st.State.Waiting != nil && st.LastTerminationState.Terminated != nil && st.LastTerminationState.Terminated.ExitCode == 0 {
+				done = true
+			}
+		}
+		initialized = initialized && done
+	}
+	containersReady := len(s.ContainerStatuses) > 0
+	for _, st := range s.ContainerStatuses {
+		containersReady = containersReady && st.Ready
+	}
+	if s.Phase == v1.PodSucceeded {
+		containersReady = false
+	}
+	sandboxOK := in.Runtime != nil && sandboxReady(in.Runtime)
+	if !pod.Spec.HostNetwork && len(s.PodIPs) == 0 {
+		sandboxOK = false
+	}
+	want := []v1.PodCondition{
+		cond(v1.PodReadyToStartContainers, sandboxOK, ""),
+		cond(v1.PodInitialized, initialized, reasonIf(!initialized, "ContainersNotInitialized")),
+		cond(v1.ContainersReady, containersReady, reasonIf(!containersReady, "ContainersNotReady")),
+		cond(v1.PodReady, containersReady && readinessGatesOK(pod), reasonIf(!containersReady, "ContainersNotReady")),
+		cond(v1.PodScheduled, true, ""),
+	}
+	if !containersReady {
+		var names []string
+		for _, st := range s.ContainerStatuses {
+			if !st.Ready {
+				names = append(names, st.Name)
+			}
+		}
+		if len(names) > 0 {
+			msg := "containers with unready status: [" + strings.Join(names, " ") + "]"
+			want[2].Message = msg
+			want[3].Message = msg
+		}
+	}
+	if !initialized {
+		var names []string
+		for _, st := range s.InitContainerStatuses {
+			if st.State.Terminated == nil || st.State.Terminated.ExitCode != 0 {
+				names = append(names, st.Name)
+			}
+		}
+		want[1].Message = "containers with incomplete status: [" + strings.Join(names, " ") + "]"
+	}
+	prev := map[v1.PodConditionType]v1.PodCondition{}
+	for _, c := range in.Previous.Conditions {
+		prev[c.Type] = c
+	}
+	owned := map[v1.PodConditionType]bool{}
+	out := make([]v1.PodCondition, 0, len(want)+len(in.Previous.Conditions))
+	for _, c := range want {
+		owned[c.Type] = true
+		if p, ok := prev[c.Type]; ok && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		} else {
+			c.LastTransitionTime = metav1.NewTime(in.Now.Truncate(time.Second))
+		}
+		out = append(out, c)
+	}
+	for _, c := range in.Previous.Conditions {
+		if !owned[c.Type] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func readinessGatesOK(pod *v1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		ok := false
+		for _, c := range pod.Status.Conditions {
+			if c.Type == g.ConditionType && c.Status == v1.ConditionTrue {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func cond(t v1.PodConditionType, ok bool, reason string) v1.PodCondition {
+	st := v1.ConditionFalse
+	if ok {
+		st = v1.ConditionTrue
+	}
+	return v1.PodCondition{Type: t, Status: st, Reason: reason}
+}
+
+func reasonIf(b bool, r string) string {
+	if b {
+		return r
+	}
+	return ""
+}
+
+// QOSClass computes the pod's QoS class as the API defines it.
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass
+	}
+	requests := v1.ResourceList{}
+	limits := v1.ResourceList{}
+	zero := true
+	guaranteed := true
+	all := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range all {
+		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			if hasReq && !req.IsZero() {
+				zero = false
+				q := requests[r]
+				q.Add(req)
+				requests[r] = q
+			}
+			if hasLim && !lim.IsZero() {
+				zero = false
+				q := limits[r]
+				q.Add(lim)
+				limits[r] = q
+			} else {
+				guaranteed = false
+			}
+			if hasReq && hasLim && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	if zero {
+		return v1.PodQOSBestEffort
+	}
+	if guaranteed {
+		return v1.PodQOSGuaranteed
+	}
+	return v1.PodQOSBurstable
+}

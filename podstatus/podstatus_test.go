@@ -1,0 +1,162 @@
+package podstatus
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/pleg"
+)
+
+var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func pod(policy v1.RestartPolicy, names ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"}, Spec: v1.PodSpec{RestartPolicy: policy}}
+	for _, n := range names {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "img"})
+	}
+	return p
+}
+
+func cs(name string, state runtimeapi.ContainerState, exit int32, created int64, restarts string) *runtimeapi.ContainerStatus {
+	return &runtimeapi.ContainerStatus{
+		Id: name + "-" + restarts, State: state, ExitCode: exit, CreatedAt: created,
+		StartedAt: now.Add(-time.Minute).UnixNano(), FinishedAt: now.UnixNano(), ImageRef: "sha256:abc",
+		Labels:      map[string]string{cri.LabelContainerName: name},
+		Annotations: map[string]string{cri.AnnotationContainerRestartCount: restarts},
+	}
+}
+
+func sandbox() []*runtimeapi.PodSandboxStatus {
+	return []*runtimeapi.PodSandboxStatus{{Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_READY}}
+}
+
+func TestPhase(t *testing.T) {
+	run, exit := runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_EXITED
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		ctrs     []*runtimeapi.ContainerStatus
+		terminal bool
+		want     v1.PodPhase
+	}{
+		{"nothing yet", pod(v1.RestartPolicyAlways, "a"), nil, false, v1.PodPending},
+		{"running", pod(v1.RestartPolicyAlways, "a"), []*runtimeapi.ContainerStatus{cs("a", run, 0, 1, "0")}, false, v1.PodRunning},
+		{"one of two running", pod(v1.RestartPolicyAlways, "a", "b"), []*runtimeapi.ContainerStatus{cs("a", run, 0, 1, "0")}, false, v1.PodPending},
+		{"Always: exited is restarting", pod(v1.RestartPolicyAlways, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, false, v1.PodRunning},
+		{"Never: success", pod(v1.RestartPolicyNever, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, false, v1.PodSucceeded},
+		{"Never: failure", pod(v1.RestartPolicyNever, "a", "b"), []*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0"), cs("b", exit, 2, 1, "0")}, false, v1.PodFailed},
+		{"OnFailure: failure restarts", pod(v1.RestartPolicyOnFailure, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 2, 1, "0")}, false, v1.PodRunning},
+		{"OnFailure: success", pod(v1.RestartPolicyOnFailure, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, false, v1.PodSucceeded},
+		{"deleted Always pod killed by SIGTERM fails", pod(v1.RestartPolicyAlways, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 143, 1, "0")}, true, v1.PodFailed},
+		{"deleted Always pod exiting 0 succeeds", pod(v1.RestartPolicyAlways, "a"), []*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, true, v1.PodSucceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: tt.pod, Runtime: &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), Containers: tt.ctrs, IPs: []string{"10.0.0.2"}}, Now: now, Terminal: tt.terminal})
+			if s.Phase != tt.want {
+				t.Fatalf("phase = %s, want %s (statuses %+v)", s.Phase, tt.want, s.ContainerStatuses)
+			}
+		})
+	}
+}
+
+func TestContainerStatusAndConditions(t *testing.T) {
+	p := pod(v1.RestartPolicyAlways, "a")
+	rt := &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), IPs: []string{"10.244.0.7"}, Containers: []*runtimeapi.ContainerStatus{
+		cs("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 2, "3"),
+		cs("a", runtimeapi.ContainerState_CONTAINER_EXITED, 1, 1, "2"),
+	}}
+	s := Generate(Input{Pod: p, Runtime: rt, Now: now, RuntimeName: "containerd", HostIPs: []string{"192.0.2.1"}})
+	c := s.ContainerStatuses[0]
+	if c.RestartCount != 3 || c.State.Running == nil || !c.Ready || c.ContainerID != "containerd://a-3" || c.ImageID != "sha256:abc" {
+		t.Fatalf("container status = %+v", c)
+	}
+	if c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ExitCode != 1 || c.LastTerminationState.Terminated.Reason != "Error" {
+		t.Fatalf("lastState = %+v, want the previous instance's exit", c.LastTerminationState)
+	}
+	if s.PodIP != "10.244.0.7" || s.HostIP != "192.0.2.1" || s.StartTime == nil {
+		t.Fatalf("ips/startTime = %q %q %v", s.PodIP, s.HostIP, s.StartTime)
+	}
+	want := map[v1.PodConditionType]v1.ConditionStatus{
+		v1.PodReady: v1.ConditionTrue, v1.ContainersReady: v1.ConditionTrue, v1.PodInitialized: v1.ConditionTrue,
+		v1.PodReadyToStartContainers: v1.ConditionTrue, v1.PodScheduled: v1.ConditionTrue,
+	}
+	for _, cond := range s.Conditions {
+		if want[cond.Type] != cond.Status {
+			t.Errorf("condition %s = %s, want %s", cond.Type, cond.Status, want[cond.Type])
+		}
+	}
+
+	// A later generation keeps transition times of unchanged conditions and
+	// keeps conditions other components own.
+	later := now.Add(time.Minute)
+	prev := s
+	prev.Conditions = append(prev.Conditions, v1.PodCondition{Type: "example.com/Gate", Status: v1.ConditionTrue})
+	s2 := Generate(Input{Pod: p, Runtime: rt, Previous: prev, Now: later})
+	foreign := false
+	for _, cond := range s2.Conditions {
+		if cond.Type == "example.com/Gate" {
+			foreign = true
+			continue
+		}
+		if !cond.LastTransitionTime.Time.Equal(now) {
+			t.Errorf("condition %s transition time moved to %v", cond.Type, cond.LastTransitionTime)
+		}
+	}
+	if !foreign {
+		t.Error("a condition owned by another component was dropped")
+	}
+	if !s2.StartTime.Equal(s.StartTime) {
+		t.Error("startTime must stay stable")
+	}
+}
+
+func TestWaitingReasonsAndTerminalStickiness(t *testing.T) {
+	p := pod(v1.RestartPolicyAlways, "a")
+	rt := &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), IPs: []string{"10.244.0.7"}, Containers: []*runtimeapi.ContainerStatus{
+		cs("a", runtimeapi.ContainerState_CONTAINER_EXITED, 1, 1, "4"),
+	}}
+	s := Generate(Input{Pod: p, Runtime: rt, Now: now, Waiting: map[string]Waiting{"a": {Reason: "CrashLoopBackOff", Message: "back-off 40s"}}})
+	c := s.ContainerStatuses[0]
+	if c.State.Waiting == nil || c.State.Waiting.Reason != "CrashLoopBackOff" || c.LastTerminationState.Terminated == nil {
+		t.Fatalf("container status = %+v, want waiting CrashLoopBackOff with last termination", c)
+	}
+	if s.Phase != v1.PodRunning {
+		t.Fatalf("phase = %s, want Running for a crash-looping Always pod", s.Phase)
+	}
+	failed := v1.PodStatus{Phase: v1.PodFailed, Reason: "OutOfcpu"}
+	s = Generate(Input{Pod: p, Runtime: rt, Previous: failed, Now: now})
+	if s.Phase != v1.PodFailed || s.Reason != "OutOfcpu" {
+		t.Fatalf("terminal phase must stick, got %s/%s", s.Phase, s.Reason)
+	}
+}
+
+func TestQOSClass(t *testing.T) {
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	tests := []struct {
+		name string
+		res  v1.ResourceRequirements
+		want v1.PodQOSClass
+	}{
+		{"best effort", v1.ResourceRequirements{}, v1.PodQOSBestEffort},
+		{"guaranteed", v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: q("1"), v1.ResourceMemory: q("1Gi")},
+			Limits:   v1.ResourceList{v1.ResourceCPU: q("1"), v1.ResourceMemory: q("1Gi")}}, v1.PodQOSGuaranteed},
+		{"burstable", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: q("1Gi")}}, v1.PodQOSBurstable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pod(v1.RestartPolicyAlways, "a")
+			p.Spec.Containers[0].Resources = tt.res
+			if got := QOSClass(p); got != tt.want {
+				t.Fatalf("QOSClass = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package syncloop
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Rejection says why a pod may not run here, with the upstream reason and message.
+type Rejection struct {
+	Reason  string
+	Message string
+}
+
+// PodRequests returns the resources the scheduler would count for pod: the larger
+// of the sum of app containers (plus sidecars) and the largest init container, plus overhead.
+func PodRequests(pod *v1.Pod) v1.ResourceList {
+	sum := v1.ResourceList{}
+	add := func(list v1.ResourceList, into v1.ResourceList) {
+		for k, q := range list {
+			cur := into[k]
+			cur.Add(q)
+			into[k] = cur
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		add(requestsOf(&c), sum)
+	}
+	sidecars := v1.ResourceList{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			add(requestsOf(&c), sidecars)
+			add(requestsOf(&c), sum)
+			continue
+		}
+		// A regular init container runs alongside the sidecars started before it.
+		need := v1.ResourceList{}
+		add(sidecars, need)
+		add(requestsOf(&c), need)
+		for k, q := range need {
+			if cur := sum[k]; q.Cmp(cur) > 0 {
+				sum[k] = q
+			}
+		}
+	}
+	add(pod.Spec.Overhead, sum)
+	return sum
+}
+
+// requestsOf returns a container's requests, defaulted from limits as the API does.
+func requestsOf(c *v1.Container) v1.ResourceList {
+	out := v1.ResourceList{}
+	for k, q := range c.Resources.Limits {
+		out[k] = q.DeepCopy()
+	}
+	for k, q := range c.Resources.Requests {
+		out[k] = q.DeepCopy()
+	}
+	return out
+}
+
+// Admit checks that pod fits on the node next to the already admitted pods:
+// pod count, resources, and the node selector. It mirrors the upstream
+// kubelet's admission predicates and their reasons (OutOfcpu, OutOfmemory,
+// OutOfpods, NodeAffinity).
+func Admit(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceList, nodeLabels map[string]string) *Rejection {
+	if max, ok := allocatable[v1.ResourcePods]; ok && int64(len(admitted))+1 > max.Value() {
+		return &Rejection{Reason: "OutOfpods", Message: fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(admitted), max.Value())}
+	}
+	used := v1.ResourceList{}
+	for _, p := range admitted {
+		for k, q := range PodRequests(p) {
+			cur := used[k]
+			cur.Add(q)
+			used[k] = cur
+		}
+	}
+	req := PodRequests(pod)
+	for _, name := range sortedResourceNames(req) {
+		q := req[name]
+		if q.IsZero() {
+			continue
+		}
+		capQ, ok := allocatable[name]
+		if !ok {
+			if isExtended(name) {
+				return &Rejection{Reason: "UnexpectedAdmissionError", Message: fmt.Sprintf("Allocate failed due to no resource %s on the node", name)}
+			}
+			continue
+		}
+		total := used[name].DeepCopy()
+		total.Add(q)
+		if total.Cmp(capQ) > 0 {
+			u := used[name]
+			return &Rejection{
+				Reason:  "OutOf" + string(name),
+				Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %s, used: %s, capacity: %s", name, quantityString(name, q), quantityString(name, u), quantityString(name, capQ)),
+			}
+		}
+	}
+	for k, v := range pod.Spec.NodeSelector {
+		if nodeLabels[k] != v {
+			return &Rejection{Reason: "NodeAffinity", Message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
+		}
+	}
+	return nil
+}
+
+func isExtended(name v1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.HasPrefix(s, "kubernetes.io/")
+}
+
+func quantityString(name v1.ResourceName, q resource.Quantity) string {
+	if name == v1.ResourceCPU {
+		return fmt.Sprintf("%d", q.MilliValue())
+	}
+	return fmt.Sprintf("%d", q.Value())
+}
+
+func sortedResourceNames(l v1.ResourceList) []v1.ResourceName {
+	order := []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}
+	var out []v1.ResourceName
+	seen := map[v1.ResourceName]bool{}
+	for _, n := range order {
+		if _, ok := l[n]; ok {
+			out = append(out, n)
+			seen[n] = true
+		}
+	}
+	var rest []string
+	for n := range l {
+		if !seen[n] {
+			rest = append(rest, string(n))
+		}
+	}
+	sort.Strings(rest)
+	for _, n := range rest {
+		out = append(out, v1.ResourceName(n))
+	}
+	return out
+}

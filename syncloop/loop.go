@@ -1,0 +1,415 @@
+// Package syncloop is nodelet's heart: one loop merges pod updates, PLEG events,
+// periodic resyncs and housekeeping, and hands each pod to its own worker, so a
+// pod is never synced twice at once and updates to a busy pod coalesce.
+package syncloop
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podconfig"
+	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/podstatus"
+)
+
+// Runtime runs pods.
+type Runtime interface {
+	SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (podruntime.Result, error)
+	KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64) error
+	RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error
+	GCBackoff()
+}
+
+// Cache is the PLEG's pod status cache.
+type Cache interface {
+	Get(uid types.UID) (*pleg.PodStatus, error)
+	GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*pleg.PodStatus, error)
+}
+
+// PLEG reports runtime changes and what runs.
+type PLEG interface {
+	Watch() <-chan *pleg.Event
+	Pods() []*pleg.PodStatus
+}
+
+// StatusManager keeps pod statuses and reports them.
+type StatusManager interface {
+	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	RemoveOrphanedStatuses(keep map[types.UID]bool)
+}
+
+// Volumes tears pod volumes down.
+type Volumes interface {
+	TearDownPod(ctx context.Context, podUID types.UID) error
+}
+
+// Sources deliver the desired pods.
+type Sources interface {
+	Updates() <-chan podconfig.Update
+	SourcesReady() bool
+}
+
+// Config tunes the loop; zero values take the upstream defaults.
+type Config struct {
+	SyncFrequency      time.Duration // 1m: resync of a healthy pod
+	HousekeepingPeriod time.Duration // 2s
+	ResyncTick         time.Duration // 1s: how often due workers are woken
+	RootDir            string
+	PodLogsDir         string
+	RuntimeName        string // prefixes container IDs in status
+}
+
+// Deps are the loop's collaborators.
+type Deps struct {
+	Runtime    Runtime
+	Cache      Cache
+	PLEG       PLEG
+	Status     StatusManager
+	Volumes    Volumes
+	Sources    Sources
+	Node       func() podruntime.NodeFacts
+	NodeLabels func() map[string]string
+	Recorder   record.EventRecorder
+	Clock      clock.WithTicker
+	Registerer prometheus.Registerer // optional
+}
+
+// Loop is the sync loop.
+type Loop struct {
+	cfg  Config
+	deps Deps
+
+	mu      sync.Mutex
+	pods    map[types.UID]*v1.Pod // desired pods, by UID
+	workers map[types.UID]*worker
+
+	started   time.Time
+	synced    chan struct{}
+	syncOnce  sync.Once
+	lastIter  time.Time
+	iterMu    sync.Mutex
+	metrics   *metrics
+	workersWG sync.WaitGroup
+}
+
+// New returns a loop; call Run.
+func New(cfg Config, deps Deps) *Loop {
+	if cfg.SyncFrequency == 0 {
+		cfg.SyncFrequency = time.Minute
+	}
+	if cfg.HousekeepingPeriod == 0 {
+		cfg.HousekeepingPeriod = 2 * time.Second
+	}
+	if cfg.ResyncTick == 0 {
+		cfg.ResyncTick = time.Second
+	}
+	if cfg.PodLogsDir == "" {
+		cfg.PodLogsDir = "/var/log/pods"
+	}
+	if deps.NodeLabels == nil {
+		deps.NodeLabels = func() map[string]string { return nil }
+	}
+	return &Loop{
+		cfg: cfg, deps: deps,
+		pods:    map[types.UID]*v1.Pod{},
+		workers: map[types.UID]*worker{},
+		synced:  make(chan struct{}),
+		metrics: newMetrics(deps.Registerer),
+	}
+}
+
+// Synced is closed once every pod source delivered its first snapshot and the
+// first housekeeping ran: the node then runs what it should.
+func (l *Loop) Synced() <-chan struct{} { return l.synced }
+
+// Healthy fails when the loop has not iterated for a long time (it is stuck).
+func (l *Loop) Healthy() error {
+	l.iterMu.Lock()
+	last := l.lastIter
+	l.iterMu.Unlock()
+	if last.IsZero() {
+		return nil
+	}
+	threshold := 2 * l.cfg.SyncFrequency
+	if threshold < 5*time.Minute {
+		threshold = 5 * time.Minute
+	}
+	if since := l.deps.Clock.Since(last); since > threshold {
+		return fmt.Errorf("sync loop last iterated %s ago; threshold is %s", since.Round(time.Second), threshold)
+	}
+	return nil
+}
+
+// Run runs the loop until ctx is done.
+func (l *Loop) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	l.started = l.deps.Clock.Now()
+	resync := l.deps.Clock.NewTicker(l.cfg.ResyncTick)
+	defer resync.Stop()
+	housekeeping := l.deps.Clock.NewTicker(l.cfg.HousekeepingPeriod)
+	defer housekeeping.Stop()
+	updates := l.deps.Sources.Updates()
+	events := l.deps.PLEG.Watch()
+	logger.Info("Starting sync loop")
+	for {
+		l.iterMu.Lock()
+		l.lastIter = l.deps.Clock.Now()
+		l.iterMu.Unlock()
+		select {
+		case <-ctx.Done():
+			logger.Info("Sync loop stopped; pods keep running")
+			l.workersWG.Wait()
+			return
+		case u, ok := <-updates:
+			if !ok {
+				updates = nil
+				continue
+			}
+			l.handleUpdate(ctx, u)
+		case e, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if e.Type == pleg.ContainerRemoved {
+				continue
+			}
+			l.mu.Lock()
+			w := l.workers[e.PodUID]
+			l.mu.Unlock()
+			if w != nil {
+				w.wakeSync()
+			}
+		case <-resync.C():
+			now := l.deps.Clock.Now()
+			l.mu.Lock()
+			for _, w := range l.workers {
+				if w.due(now) {
+					w.wakeSync()
+				}
+			}
+			l.mu.Unlock()
+		case <-housekeeping.C():
+			if !l.deps.Sources.SourcesReady() {
+				continue
+			}
+			start := l.deps.Clock.Now()
+			l.housekeeping(ctx)
+			if d := l.deps.Clock.Since(start); d > time.Second {
+				logger.Info("Housekeeping took longer than expected", "duration", d)
+			}
+			l.syncOnce.Do(func() {
+				logger.Info("All pod sources synced and first housekeeping done")
+				close(l.synced)
+			})
+		}
+	}
+}
+
+func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
+	pods := append([]*v1.Pod(nil), u.Pods...)
+	// Admit in creation order, so pods that ran before a restart are admitted first.
+	sort.SliceStable(pods, func(i, j int) bool {
+		return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
+	})
+	for _, pod := range pods {
+		l.mu.Lock()
+		w := l.workers[pod.UID]
+		if u.Op == podconfig.OpRemove {
+			delete(l.pods, pod.UID)
+		} else {
+			l.pods[pod.UID] = pod
+		}
+		l.mu.Unlock()
+		if w != nil {
+			w.update(&update{pod: pod, removed: u.Op == podconfig.OpRemove})
+			continue
+		}
+		if u.Op == podconfig.OpRemove {
+			continue
+		}
+		l.addPod(ctx, pod)
+	}
+}
+
+// addPod admits a new pod and starts its worker.
+func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
+	w := newWorker(pod.UID, l.started)
+	if !podstatus.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
+		if rej := l.admit(pod); rej != nil {
+			klog.FromContext(ctx).Info("Pod rejected at admission", "pod", klog.KObj(pod), "reason", rej.Reason, "message", rej.Message)
+			l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, rej.Reason, "%s", rej.Message)
+			st := *pod.Status.DeepCopy()
+			st.Phase = v1.PodFailed
+			st.Reason = rej.Reason
+			st.Message = "Pod was rejected: " + rej.Message
+			l.deps.Status.SetPodStatus(pod, st)
+			w.state = stateFinished
+			w.reclaimed = true
+		}
+	}
+	l.mu.Lock()
+	l.workers[pod.UID] = w
+	l.mu.Unlock()
+	l.workersWG.Add(1)
+	go func() {
+		defer l.workersWG.Done()
+		l.runWorker(ctx, w)
+	}()
+	w.update(&update{pod: pod})
+}
+
+func (l *Loop) admit(pod *v1.Pod) *Rejection {
+	l.mu.Lock()
+	var active []*v1.Pod
+	for uid, w := range l.workers {
+		if p := l.pods[uid]; p != nil && w.active() {
+			active = append(active, p)
+		}
+	}
+	l.mu.Unlock()
+	return Admit(pod, active, l.deps.Node().Allocatable, l.deps.NodeLabels())
+}
+
+// CanDeletePod tells the status manager when a deleted pod's resources are
+// reclaimed, so its API object may go.
+func (l *Loop) CanDeletePod(pod *v1.Pod) bool {
+	l.mu.Lock()
+	w := l.workers[pod.UID]
+	l.mu.Unlock()
+	if w == nil {
+		for _, p := range l.deps.PLEG.Pods() {
+			if p.UID == pod.UID {
+				return false
+			}
+		}
+		return true
+	}
+	return w.isReclaimed()
+}
+
+// housekeeping kills pods nobody wants any more (deleted while nodelet was down),
+// forgets finished workers and orphaned statuses, and removes orphaned pod dirs.
+func (l *Loop) housekeeping(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	l.mu.Lock()
+	for uid, w := range l.workers {
+		if _, wanted := l.pods[uid]; !wanted && w.finished() {
+			w.stop()
+			delete(l.workers, uid)
+		}
+	}
+	keep := map[types.UID]bool{}
+	for uid := range l.pods {
+		keep[uid] = true
+	}
+	for uid := range l.workers {
+		keep[uid] = true
+	}
+	var orphans []*pleg.PodStatus
+	for _, p := range l.deps.PLEG.Pods() {
+		if _, ok := l.workers[p.UID]; !ok && hasAnything(p) {
+			orphans = append(orphans, p)
+		}
+	}
+	l.mu.Unlock()
+	l.deps.Status.RemoveOrphanedStatuses(keep)
+
+	for _, p := range orphans {
+		logger.Info("Killing pod that is no longer wanted on this node", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID}}
+		grace := orphanGrace(p)
+		w := newWorker(p.UID, l.started)
+		l.mu.Lock()
+		l.workers[p.UID] = w
+		l.mu.Unlock()
+		l.workersWG.Add(1)
+		go func() {
+			defer l.workersWG.Done()
+			l.runWorker(ctx, w)
+		}()
+		w.update(&update{pod: pod, removed: true, grace: &grace})
+	}
+	l.cleanupOrphanedPodDirs(ctx, keep)
+	l.deps.Runtime.GCBackoff()
+}
+
+func hasAnything(p *pleg.PodStatus) bool {
+	return len(p.Sandboxes) > 0 || len(p.Containers) > 0
+}
+
+// orphanGrace is the grace period recorded on the pod's containers, as the pod
+// object itself is gone.
+func orphanGrace(p *pleg.PodStatus) int64 {
+	for _, c := range p.Containers {
+		if v, err := strconv.ParseInt(c.GetAnnotations()[cri.AnnotationPodTerminationGracePeriod], 10, 64); err == nil {
+			return v
+		}
+	}
+	return 30
+}
+
+func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bool) {
+	if l.cfg.RootDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(filepath.Join(l.cfg.RootDir, "pods"))
+	if err != nil {
+		return
+	}
+	inRuntime := map[types.UID]bool{}
+	for _, p := range l.deps.PLEG.Pods() {
+		inRuntime[p.UID] = true
+	}
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || keep[uid] || inRuntime[uid] {
+			continue
+		}
+		if err := l.deps.Volumes.TearDownPod(ctx, uid); err != nil {
+			klog.FromContext(ctx).Error(err, "Tearing down volumes of orphaned pod directory", "podUID", uid)
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(l.cfg.RootDir, "pods", string(uid))); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing orphaned pod directory", "podUID", uid)
+		}
+	}
+}
+
+// jitter spreads d by ±factor/2 so workers do not resync in lockstep.
+func jitter(d time.Duration, factor float64) time.Duration {
+	return d + time.Duration((rand.Float64()-0.5)*factor*float64(d))
+}
+
+func anyRunning(st *pleg.PodStatus) bool {
+	for _, c := range st.Containers {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING || c.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+			return true
+		}
+	}
+	for _, s := range st.Sandboxes {
+		if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,305 @@
+package syncloop
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podconfig"
+	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/volumes"
+)
+
+// Hand-written fakes for the loop's collaborators that talk to the API server or
+// the host; the runtime side is real (cri.FakeRuntime over gRPC, real PLEG).
+
+type fakeSources struct {
+	ch    chan podconfig.Update
+	ready bool
+	mu    sync.Mutex
+}
+
+func (s *fakeSources) Updates() <-chan podconfig.Update { return s.ch }
+func (s *fakeSources) SourcesReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+type fakeStatus struct {
+	mu sync.Mutex
+	m  map[types.UID]v1.PodStatus
+}
+
+func (f *fakeStatus) SetPodStatus(pod *v1.Pod, s v1.PodStatus) {
+	f.mu.Lock()
+	f.m[pod.UID] = s
+	f.mu.Unlock()
+}
+func (f *fakeStatus) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.m[uid]
+	return s, ok
+}
+func (f *fakeStatus) RemoveOrphanedStatuses(keep map[types.UID]bool) {}
+
+type fakeVolumes struct {
+	mu       sync.Mutex
+	tornDown map[types.UID]bool
+}
+
+func (f *fakeVolumes) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error) {
+	return map[string]volumes.HostVolume{}, nil
+}
+func (f *fakeVolumes) TearDownPod(ctx context.Context, uid types.UID) error {
+	f.mu.Lock()
+	f.tornDown[uid] = true
+	f.mu.Unlock()
+	return nil
+}
+
+type noEnv struct{}
+
+func (noEnv) ConfigMap(ctx context.Context, ns, name string) (*v1.ConfigMap, error) { return nil, nil }
+func (noEnv) Secret(ctx context.Context, ns, name string) (*v1.Secret, error)       { return nil, nil }
+func (noEnv) Services(ctx context.Context, ns string) ([]*v1.Service, error)        { return nil, nil }
+
+type rig struct {
+	fake    *cri.FakeRuntime
+	client  *cri.Client
+	sources *fakeSources
+	status  *fakeStatus
+	vols    *fakeVolumes
+	loop    *Loop
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newRig(t *testing.T, fake *cri.FakeRuntime) *rig {
+	t.Helper()
+	if fake == nil {
+		fake = cri.NewFakeRuntime(t)
+		fake.AddImage("busybox:1")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	client, err := cri.New(ctx, fake.Endpoint(), "", 10*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to the fake runtime: %v", err)
+	}
+	clk := clock.RealClock{}
+	cache := pleg.NewCache(clk)
+	g := pleg.NewGeneric(client, cache, 50*time.Millisecond, time.Minute, clk)
+	r := &rig{
+		fake: fake, client: client, cancel: cancel, done: make(chan struct{}),
+		sources: &fakeSources{ch: make(chan podconfig.Update, 10)},
+		status:  &fakeStatus{m: map[types.UID]v1.PodStatus{}},
+		vols:    &fakeVolumes{tornDown: map[types.UID]bool{}},
+	}
+	dir := t.TempDir()
+	nodeFacts := func() podruntime.NodeFacts {
+		return podruntime.NodeFacts{Name: "node1", HostIPs: []string{"192.0.2.10"}, Allocatable: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("110"),
+		}}
+	}
+	rec := record.NewFakeRecorder(1000)
+	rt := podruntime.New(podruntime.Config{RootDir: dir, PodLogsDir: dir + "/logs"}, client, client, r.vols, noEnv{}, nodeFacts, rec, clk)
+	r.loop = New(Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond},
+		Deps{Runtime: rt, Cache: cache, PLEG: g, Status: r.status, Volumes: r.vols, Sources: r.sources, Node: nodeFacts, Recorder: rec, Clock: clk})
+	go g.Start(ctx)
+	go func() { r.loop.Run(ctx); close(r.done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+		_ = client.Close(context.Background())
+	})
+	return r
+}
+
+func (r *rig) ready() {
+	r.sources.mu.Lock()
+	r.sources.ready = true
+	r.sources.mu.Unlock()
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func newPod(uid, name string) *v1.Pod {
+	grace := int64(1)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), CreationTimestamp: metav1.Now()},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyAlways, HostNetwork: true, TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{{Name: "app", Image: "busybox:1", ImagePullPolicy: v1.PullIfNotPresent}},
+		},
+	}
+}
+
+func (r *rig) containers(t *testing.T, uid string) []*runtimeapi.Container {
+	t.Helper()
+	list, err := r.client.ListContainers(context.Background(), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{cri.LabelPodUID: uid}})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	return list
+}
+
+func running(list []*runtimeapi.Container) int {
+	n := 0
+	for _, c := range list {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPodRunsThenIsDeletedAndReclaimed(t *testing.T) {
+	r := newRig(t, nil)
+	r.ready()
+	pod := newPod("uid-1", "web")
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the container to run and the pod to be Running", func() bool {
+		s, ok := r.status.GetPodStatus(pod.UID)
+		return running(r.containers(t, "uid-1")) == 1 && ok && s.Phase == v1.PodRunning
+	})
+	select {
+	case <-r.loop.Synced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop never reported synced")
+	}
+	if r.loop.CanDeletePod(pod) {
+		t.Fatal("a running pod must not be deletable")
+	}
+
+	del := pod.DeepCopy()
+	now := metav1.Now()
+	del.DeletionTimestamp = &now
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpUpdate, Pods: []*v1.Pod{del}, Source: "api"}
+	eventually(t, "the pod's resources to be reclaimed", func() bool { return r.loop.CanDeletePod(del) })
+	if n := len(r.containers(t, "uid-1")); n != 0 {
+		t.Fatalf("%d containers left after deletion", n)
+	}
+	r.vols.mu.Lock()
+	torn := r.vols.tornDown[pod.UID]
+	r.vols.mu.Unlock()
+	if !torn {
+		t.Fatal("volumes were not torn down")
+	}
+	s, _ := r.status.GetPodStatus(pod.UID)
+	if s.Phase != v1.PodFailed && s.Phase != v1.PodSucceeded {
+		t.Fatalf("final phase = %s, want a terminal phase", s.Phase)
+	}
+}
+
+func TestRestartAdoptsRunningPods(t *testing.T) {
+	fake := cri.NewFakeRuntime(t)
+	fake.AddImage("busybox:1")
+	pod := newPod("uid-2", "adopted")
+	first := newRig(t, fake)
+	first.ready()
+	first.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the container to run", func() bool { return running(first.containers(t, "uid-2")) == 1 })
+	before := first.containers(t, "uid-2")[0].Id
+	first.cancel()
+	<-first.done
+
+	second := newRig(t, fake)
+	fake.ResetCalls()
+	second.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	second.ready()
+	eventually(t, "the adopted pod's status", func() bool {
+		s, ok := second.status.GetPodStatus(pod.UID)
+		return ok && s.Phase == v1.PodRunning
+	})
+	time.Sleep(300 * time.Millisecond) // several relists and housekeeping rounds
+	list := second.containers(t, "uid-2")
+	if len(list) != 1 || list[0].Id != before || running(list) != 1 {
+		t.Fatalf("after restart containers = %v, want the same single running container %s", list, before)
+	}
+	for _, c := range fake.Calls() {
+		if c == "RunPodSandbox" || c == "CreateContainer" || c == "StopContainer" {
+			t.Fatalf("restart must not touch running pods, but called %s (calls: %v)", c, fake.Calls())
+		}
+	}
+}
+
+func TestOrphanedPodIsKilledOnceSourcesAreReady(t *testing.T) {
+	fake := cri.NewFakeRuntime(t)
+	fake.AddImage("busybox:1")
+	first := newRig(t, fake)
+	first.ready()
+	first.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{newPod("uid-3", "gone")}, Source: "api"}
+	eventually(t, "the container to run", func() bool { return running(first.containers(t, "uid-3")) == 1 })
+	first.cancel()
+	<-first.done
+
+	// The pod was deleted while nodelet was down: the new sources never mention it.
+	second := newRig(t, fake)
+	time.Sleep(300 * time.Millisecond)
+	if running(second.containers(t, "uid-3")) != 1 {
+		t.Fatal("an unknown pod must not be killed before all sources are ready")
+	}
+	second.ready()
+	eventually(t, "the orphaned pod to be removed", func() bool { return len(second.containers(t, "uid-3")) == 0 })
+}
+
+func TestAdmissionRejectsPodThatDoesNotFit(t *testing.T) {
+	r := newRig(t, nil)
+	r.ready()
+	pod := newPod("uid-4", "huge")
+	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")}
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the pod to be rejected", func() bool {
+		s, ok := r.status.GetPodStatus(pod.UID)
+		return ok && s.Phase == v1.PodFailed && s.Reason == "OutOfcpu"
+	})
+	if n := len(r.containers(t, "uid-4")); n != 0 {
+		t.Fatalf("a rejected pod got %d containers", n)
+	}
+}
+
+func TestCrashingContainerIsRestarted(t *testing.T) {
+	r := newRig(t, nil)
+	r.ready()
+	pod := newPod("uid-5", "crash")
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-5")) == 1 })
+	r.fake.ExitContainer(r.containers(t, "uid-5")[0].Id, 1, "Error")
+	// The first restart is immediate; the next one waits in CrashLoopBackOff.
+	eventually(t, "a restarted container", func() bool {
+		list := r.containers(t, "uid-5")
+		return len(list) == 2 && running(list) == 1
+	})
+	for _, c := range r.containers(t, "uid-5") {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			r.fake.ExitContainer(c.Id, 1, "Error")
+		}
+	}
+	eventually(t, "CrashLoopBackOff in the status", func() bool {
+		s, _ := r.status.GetPodStatus(pod.UID)
+		return len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Waiting != nil &&
+			s.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff" && s.ContainerStatuses[0].RestartCount == 1
+	})
+}

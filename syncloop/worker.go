@@ -1,0 +1,319 @@
+package syncloop
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/podstatus"
+)
+
+type workState int
+
+const (
+	stateSync        workState = iota // driving the pod toward its spec
+	stateTerminating                  // stopping its containers
+	stateTerminated                   // containers stopped; cleaning up
+	stateFinished                     // nothing left to do
+)
+
+func (s workState) String() string {
+	return [...]string{"sync", "terminating", "terminated", "finished"}[s]
+}
+
+// update is the latest word on a pod; a busy worker keeps only the newest.
+type update struct {
+	pod     *v1.Pod
+	removed bool   // gone from its source
+	grace   *int64 // kill with this grace period instead of the pod's
+}
+
+// worker owns one pod UID. Its goroutine is the only one that syncs that pod.
+type worker struct {
+	uid  types.UID
+	wake chan struct{}
+	done chan struct{}
+
+	mu        sync.Mutex
+	pending   *update
+	current   *update
+	state     workState
+	nextSync  time.Time
+	reclaimed bool
+
+	// Owned by the worker goroutine.
+	lastSync  time.Time
+	waiting   map[string]podstatus.Waiting
+	firstSeen time.Time
+	reported  bool
+}
+
+func newWorker(uid types.UID, loopStart time.Time) *worker {
+	return &worker{uid: uid, wake: make(chan struct{}, 1), done: make(chan struct{}), lastSync: loopStart}
+}
+
+func (w *worker) lock()   { w.mu.Lock() }
+func (w *worker) unlock() { w.mu.Unlock() }
+
+// update records u, keeping the removal flag and the shortest grace period seen.
+func (w *worker) update(u *update) {
+	w.lock()
+	if prev := w.pending; prev != nil {
+		u.removed = u.removed || prev.removed
+		if prev.grace != nil && (u.grace == nil || *prev.grace < *u.grace) {
+			u.grace = prev.grace
+		}
+	}
+	if cur := w.current; cur != nil {
+		u.removed = u.removed || cur.removed
+		if cur.grace != nil && (u.grace == nil || *cur.grace < *u.grace) {
+			u.grace = cur.grace
+		}
+	}
+	w.pending = u
+	w.unlock()
+	w.wakeSync()
+}
+
+func (w *worker) wakeSync() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) take() *update {
+	w.lock()
+	defer w.unlock()
+	if w.pending != nil {
+		w.current, w.pending = w.pending, nil
+	}
+	return w.current
+}
+
+func (w *worker) due(now time.Time) bool {
+	w.lock()
+	defer w.unlock()
+	return !w.nextSync.IsZero() && !now.Before(w.nextSync) && w.state != stateFinished
+}
+
+func (w *worker) requeue(at time.Time) {
+	w.lock()
+	w.nextSync = at
+	w.unlock()
+}
+
+func (w *worker) getState() workState {
+	w.lock()
+	defer w.unlock()
+	return w.state
+}
+
+func (w *worker) setState(s workState) {
+	w.lock()
+	w.state = s
+	w.unlock()
+}
+
+func (w *worker) active() bool {
+	w.lock()
+	defer w.unlock()
+	return w.state == stateSync
+}
+
+func (w *worker) finished() bool { return w.getState() == stateFinished }
+
+func (w *worker) isReclaimed() bool {
+	w.lock()
+	defer w.unlock()
+	return w.reclaimed
+}
+
+func (w *worker) stop() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+}
+
+func (l *Loop) runWorker(ctx context.Context, w *worker) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.done:
+			return
+		case <-w.wake:
+		}
+		u := w.take()
+		if u == nil {
+			continue
+		}
+		start := l.deps.Clock.Now()
+		l.syncWorker(ctx, w, u)
+		l.metrics.workerDuration.WithLabelValues(w.getState().String()).Observe(l.deps.Clock.Since(start).Seconds())
+	}
+}
+
+// statusFor waits (bounded) for a runtime status newer than the worker's last
+// action, so a sync never acts on a view older than what it did itself.
+func (l *Loop) statusFor(ctx context.Context, uid types.UID, after time.Time) *pleg.PodStatus {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := l.deps.Cache.GetNewerThan(cctx, uid, after)
+	if err != nil || st == nil {
+		st, _ = l.deps.Cache.Get(uid)
+	}
+	if st == nil {
+		st = &pleg.PodStatus{UID: uid}
+	}
+	return st
+}
+
+func (l *Loop) previousStatus(pod *v1.Pod) v1.PodStatus {
+	if s, ok := l.deps.Status.GetPodStatus(pod.UID); ok {
+		return s
+	}
+	return *pod.Status.DeepCopy()
+}
+
+func (l *Loop) generate(pod *v1.Pod, st *pleg.PodStatus, prev v1.PodStatus, waiting map[string]podstatus.Waiting, terminal bool) v1.PodStatus {
+	node := l.deps.Node()
+	return podstatus.Generate(podstatus.Input{
+		Pod: pod, Runtime: st, Previous: prev, Waiting: waiting,
+		HostIPs: node.HostIPs, RuntimeName: l.cfg.RuntimeName,
+		TerminationMessage: podruntime.TerminationMessage,
+		Now:                l.deps.Clock.Now(), Terminal: terminal,
+	})
+}
+
+func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
+	pod := u.pod
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	ctx = klog.NewContext(ctx, logger)
+	now := l.deps.Clock.Now()
+	if w.firstSeen.IsZero() {
+		w.firstSeen = now
+	}
+	st := l.statusFor(ctx, w.uid, w.lastSync)
+	prev := l.previousStatus(pod)
+	deleting := u.removed || pod.DeletionTimestamp != nil
+
+	state := w.getState()
+	if state == stateSync && (deleting || u.grace != nil || podstatus.IsTerminal(prev.Phase)) {
+		state = stateTerminating
+		w.setState(state)
+	}
+	switch state {
+	case stateSync:
+		status := l.generate(pod, st, prev, w.waiting, false)
+		l.deps.Status.SetPodStatus(pod, status)
+		l.observeStart(w, pod, status)
+		if podstatus.IsTerminal(status.Phase) {
+			logger.V(2).Info("Pod reached a terminal phase", "phase", status.Phase)
+			w.setState(stateTerminating)
+			w.requeue(now)
+			w.wakeSync()
+			return
+		}
+		res, err := l.deps.Runtime.SyncPod(ctx, pod, st)
+		w.lastSync = l.deps.Clock.Now()
+		if changedWaiting(w.waiting, res.Waiting) {
+			w.waiting = res.Waiting
+			l.deps.Status.SetPodStatus(pod, l.generate(pod, st, status, w.waiting, false))
+		}
+		if res.InitFailed {
+			w.setState(stateTerminating)
+			w.wakeSync()
+			return
+		}
+		next := jitter(l.cfg.SyncFrequency, 0.5)
+		if err != nil {
+			logger.Error(err, "Error syncing pod, will retry")
+			next = jitter(10*time.Second, 0.5)
+		}
+		if res.RequeueAfter > 0 && res.RequeueAfter < next {
+			next = res.RequeueAfter
+		}
+		w.requeue(w.lastSync.Add(next))
+
+	case stateTerminating:
+		if err := l.deps.Runtime.KillPod(ctx, pod, st, u.grace); err != nil {
+			logger.Error(err, "Error killing pod, will retry")
+			w.requeue(l.deps.Clock.Now().Add(time.Second))
+			return
+		}
+		killed := l.deps.Clock.Now()
+		w.lastSync = killed
+		st = l.statusFor(ctx, w.uid, killed)
+		if anyRunning(st) {
+			w.requeue(l.deps.Clock.Now().Add(time.Second))
+			return
+		}
+		final := l.generate(pod, st, prev, nil, true)
+		if deleting || podstatus.IsTerminal(final.Phase) || podstatus.IsTerminal(prev.Phase) {
+			l.deps.Status.SetPodStatus(pod, final)
+		}
+		logger.V(2).Info("Pod terminated", "phase", final.Phase)
+		w.setState(stateTerminated)
+		fallthrough
+
+	case stateTerminated:
+		if err := l.deps.Volumes.TearDownPod(ctx, pod.UID); err != nil {
+			logger.Error(err, "Error tearing down pod volumes, will retry")
+			w.requeue(l.deps.Clock.Now().Add(time.Second))
+			return
+		}
+		w.setState(stateFinished)
+		fallthrough
+
+	case stateFinished:
+		if deleting && !w.isReclaimed() {
+			if err := l.deps.Runtime.RemovePod(ctx, pod.UID, st, podruntime.PodLogDir(l.cfg.PodLogsDir, pod)); err != nil {
+				logger.Error(err, "Error removing pod's containers, will retry")
+				w.requeue(l.deps.Clock.Now().Add(time.Second))
+				return
+			}
+			w.lock()
+			w.reclaimed = true
+			w.nextSync = time.Time{}
+			w.unlock()
+			logger.V(2).Info("Pod resources reclaimed")
+		}
+	}
+}
+
+// observeStart records how long a pod took from first sight to all containers running.
+func (l *Loop) observeStart(w *worker, pod *v1.Pod, status v1.PodStatus) {
+	if w.reported || status.Phase != v1.PodRunning {
+		return
+	}
+	for _, cs := range status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return
+		}
+	}
+	w.reported = true
+	d := l.deps.Clock.Since(w.firstSeen)
+	l.metrics.podStart.Observe(d.Seconds())
+	klog.V(2).InfoS("Pod started", "pod", klog.KObj(pod), "duration", d)
+}
+
+func changedWaiting(a, b map[string]podstatus.Waiting) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return true
+		}
+	}
+	return false
+}

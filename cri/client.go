@@ -82,14 +82,6 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 		imageEndpoint = runtimeEndpoint
 	}
 	c := &Client{runtimeEndpoint: runtimeEndpoint, imageEndpoint: imageEndpoint, timeout: timeout}
-	if o.registerer != nil {
-		m, err := newClientMetrics(o.registerer)
-		if err != nil {
-			return nil, fmt.Errorf("registering CRI client metrics: %w", err)
-		}
-		c.metrics = m
-	}
-
 	conn, err := dial(runtimeEndpoint)
 	if err != nil {
 		return nil, err
@@ -113,6 +105,16 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 			_ = c.Close(ctx)
 			return nil, err
 		}
+	}
+	// Metrics are registered only once the runtime answered, so a caller may retry
+	// New with the same registry while the runtime starts.
+	if o.registerer != nil {
+		m, err := newClientMetrics(o.registerer)
+		if err != nil {
+			_ = c.Close(ctx)
+			return nil, fmt.Errorf("registering CRI client metrics: %w", err)
+		}
+		c.metrics = m
 	}
 	return c, nil
 }

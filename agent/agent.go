@@ -1,0 +1,407 @@
+// Package agent assembles nodelet's parts from its options and runs them until
+// the context ends. Stopping nodelet never stops pods: the next start adopts them.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/node"
+	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/podconfig"
+	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/status"
+	"github.com/nodelet/nodelet/syncloop"
+	"github.com/nodelet/nodelet/volumes"
+)
+
+// Version is the version nodelet reports (nodeInfo.kubeletVersion). It tracks
+// the Kubernetes minor whose behaviour nodelet implements.
+const Version = "v1.37.2-nodelet"
+
+// maxWaitForContainerRuntime is how long start-up waits for the CRI socket.
+const maxWaitForContainerRuntime = 30 * time.Second
+
+// Run runs nodelet until ctx is done.
+func Run(ctx context.Context, opts *config.Options) error {
+	kc := opts.Config
+	clk := clock.RealClock{}
+	logger := klog.FromContext(ctx)
+
+	nodeName, err := config.NodeName(opts.HostnameOverride)
+	if err != nil {
+		return err
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("reading the host name: %w", err)
+	}
+	if opts.HostnameOverride != "" {
+		hostname = nodeName
+	}
+	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
+
+	if err := checkSwap(kc.FailSwapOn == nil || *kc.FailSwapOn); err != nil {
+		return err
+	}
+	if err := checkCgroupVersion(ptr.Deref(kc.FailCgroupV1, false)); err != nil {
+		return err
+	}
+	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
+	for _, dir := range []string{opts.RootDir, podsDir(opts.RootDir), kc.PodLogsDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating directory %s: %w", dir, err)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	ver, err := rt.Version(ctx, "v1")
+	if err != nil {
+		return fmt.Errorf("reading the container runtime version: %w", err)
+	}
+	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
+
+	// API clients: none in standalone mode.
+	var client, heartbeat kubernetes.Interface
+	if opts.Kubeconfig != "" {
+		client, heartbeat, err = newClients(opts.Kubeconfig, kc)
+		if err != nil {
+			return err
+		}
+	} else {
+		logger.Info("No kubeconfig given: running in standalone mode (static pods only)", "staticPodPath", kc.StaticPodPath)
+	}
+
+	recorder, stopEvents := newRecorder(client, nodeName)
+	defer stopEvents()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+
+	cache := pleg.NewCache(clk)
+	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
+	health := newRuntimeHealth(rt, clk)
+
+	nodeCtl, err := node.New(client, heartbeat, node.Config{
+		NodeName: nodeName,
+		Hostname: hostname,
+		NodeIPs:  opts.NodeIPs,
+		Labels:   opts.NodeLabels,
+		Kubelet:  kc,
+		RootDir:  opts.RootDir,
+		Version:  Version,
+	}, rt, func() []string {
+		var reasons []string
+		if err := health.err(); err != nil {
+			reasons = append(reasons, err.Error())
+		}
+		if err := gpleg.Healthy(); err != nil {
+			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
+		}
+		return reasons
+	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt))
+	if err != nil {
+		return fmt.Errorf("setting up the node controller: %w", err)
+	}
+	nodeFacts := func() podruntime.NodeFacts {
+		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable()}
+		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {
+			f.MemoryCapacity = mem.Value()
+		}
+		f.HostIPs = hostIPs(nodeCtl.Node(), opts.NodeIPs)
+		return f
+	}
+	nodeLabels := func() map[string]string {
+		if n := nodeCtl.Node(); n != nil {
+			return n.Labels
+		}
+		return opts.NodeLabels
+	}
+
+	var kubeGetter volumes.KubeGetter
+	if client != nil {
+		kubeGetter = volumes.KubeGetterFromClientset(client)
+	}
+	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
+	envSrc := newEnvSources(ctx, client)
+
+	maxPulls := 1
+	if kc.SerializeImagePulls != nil && !*kc.SerializeImagePulls {
+		maxPulls = 0 // unbounded unless maxParallelImagePulls says otherwise
+		if kc.MaxParallelImagePulls != nil {
+			maxPulls = int(*kc.MaxParallelImagePulls)
+		}
+		if maxPulls < 1 {
+			maxPulls = 64
+		}
+	}
+	var crashMax time.Duration
+	if kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
+		crashMax = kc.CrashLoopBackOff.MaxContainerRestartPeriod.Duration
+	}
+	runtimeMgr := podruntime.New(podruntime.Config{
+		RootDir:               opts.RootDir,
+		PodLogsDir:            kc.PodLogsDir,
+		ClusterDNS:            kc.ClusterDNS,
+		ClusterDomain:         kc.ClusterDomain,
+		ResolvConf:            ptr.Deref(kc.ResolverConfig, ""),
+		CPUCFSQuota:           kc.CPUCFSQuota == nil || *kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod:     kc.CPUCFSQuotaPeriod.Duration,
+		MaxParallelImagePulls: maxPulls,
+		CrashLoopBackOffMax:   crashMax,
+	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
+
+	pods := podconfig.New(nodeName, clk)
+	if kc.StaticPodPath != "" {
+		goRun(func() { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
+	}
+	if client != nil {
+		goRun(func() { pods.RunAPISource(ctx, client) })
+		goRun(func() {
+			pods.RunMirrorReconciler(ctx, client, func() types.UID {
+				if n := nodeCtl.Node(); n != nil {
+					return n.UID
+				}
+				return ""
+			}, 5*time.Second)
+		})
+	}
+	if kc.StaticPodPath == "" && client == nil {
+		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
+	}
+
+	var loop *syncloop.Loop
+	statusMgr := status.NewManager(client, pods, clk,
+		status.WithDeleteWhenReclaimed(func(p *v1.Pod) bool { return loop != nil && loop.CanDeletePod(p) }),
+		status.WithMetrics(reg))
+	loop = syncloop.New(syncloop.Config{
+		SyncFrequency: kc.SyncFrequency.Duration,
+		RootDir:       opts.RootDir,
+		PodLogsDir:    kc.PodLogsDir,
+		RuntimeName:   ver.RuntimeName,
+	}, syncloop.Deps{
+		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
+		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
+	})
+
+	goRun(func() { health.run(ctx) })
+	goRun(func() { gpleg.Start(ctx) })
+	goRun(func() { statusMgr.Start(ctx) })
+	if client != nil && (kc.RegisterNode == nil || *kc.RegisterNode) {
+		goRun(func() {
+			if err := nodeCtl.Register(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Registering the node failed")
+			}
+		})
+	}
+	goRun(func() { nodeCtl.Run(ctx) })
+	goRun(func() { loop.Run(ctx) })
+
+	healthz := newHealthzServer(kc, gpleg, loop, health)
+	if healthz != nil {
+		goRun(func() { healthz.serve(ctx) })
+	}
+
+	select {
+	case <-loop.Synced():
+		sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
+		logger.Info("nodelet is ready: pod sources synced", "notifiedSystemd", sent)
+		if err != nil {
+			logger.Error(err, "Telling systemd nodelet is ready")
+		}
+		goRun(func() { watchdog(ctx, gpleg, loop) })
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+	logger.Info("Stopping nodelet; running pods are left running")
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	return nil
+}
+
+func podsDir(root string) string { return root + "/pods" }
+
+func connectRuntime(ctx context.Context, endpoint, imageEndpoint string, timeout time.Duration, reg prometheus.Registerer) (*cri.Client, error) {
+	deadline := time.Now().Add(maxWaitForContainerRuntime)
+	for {
+		c, err := cri.New(ctx, endpoint, imageEndpoint, timeout, cri.WithMetrics(reg))
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("connecting to the container runtime (containerRuntimeEndpoint %q): %w", endpoint, err)
+		}
+		klog.FromContext(ctx).Info("Waiting for the container runtime", "endpoint", endpoint, "err", err)
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// newClients returns the main API client and an unthrottled heartbeat client whose
+// timeout keeps a hung connection from delaying node status and lease renewals.
+func newClients(kubeconfig string, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	rc.UserAgent = "nodelet/" + Version
+	if kc.KubeAPIQPS == nil {
+		rc.QPS = 50
+	} else {
+		rc.QPS = float32(*kc.KubeAPIQPS)
+	}
+	rc.Burst = int(kc.KubeAPIBurst)
+	if rc.Burst == 0 {
+		rc.Burst = 100
+	}
+	if kc.ContentType != "" {
+		rc.ContentType = kc.ContentType
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	hb := *rc
+	hb.QPS = -1
+	timeout := kc.NodeStatusUpdateFrequency.Duration
+	if lease := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; lease > 0 && lease < timeout {
+		timeout = lease
+	}
+	if timeout > 0 {
+		hb.Timeout = timeout
+	}
+	heartbeat, err := kubernetes.NewForConfig(&hb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the heartbeat API client: %w", err)
+	}
+	return client, heartbeat, nil
+}
+
+// newRecorder records events to the API server, or only logs them in standalone mode.
+func newRecorder(client kubernetes.Interface, nodeName string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster()
+	b.StartStructuredLogging(3)
+	if client != nil {
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	}
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: nodeName}), b.Shutdown
+}
+
+func hostIPs(n *v1.Node, configured []net.IP) []string {
+	var out []string
+	if n != nil {
+		for _, a := range n.Status.Addresses {
+			if a.Type == v1.NodeInternalIP {
+				out = append(out, a.Address)
+			}
+		}
+	}
+	if len(out) == 0 {
+		for _, ip := range configured {
+			out = append(out, ip.String())
+		}
+	}
+	return out
+}
+
+// checkSwap refuses to start with swap on unless failSwapOn is false, as upstream.
+func checkSwap(failSwapOn bool) error {
+	if !failSwapOn {
+		return nil
+	}
+	data, err := os.ReadFile("/proc/swaps")
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 1 {
+		return fmt.Errorf("running with swap on is not supported, please disable swap or set failSwapOn: false in the config file (--fail-swap-on=false). /proc/swaps contained: %v", lines)
+	}
+	return nil
+}
+
+// checkCgroupVersion refuses cgroup v1 hosts when failCgroupV1 is set, as upstream.
+// A hybrid host (v1 controllers plus an empty unified mount) counts as v1.
+func checkCgroupVersion(failCgroupV1 bool) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+		return nil
+	}
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		klog.InfoS("Detected cgroup v2 (unified hierarchy)")
+		return nil
+	}
+	klog.InfoS("Detected cgroup v1 (legacy or hybrid hierarchy)")
+	if failCgroupV1 {
+		return fmt.Errorf("nodelet is configured to not run on a host using cgroup v1 (failCgroupV1: true); cgroup v1 support is in maintenance mode upstream: move the host to cgroup v2, or set failCgroupV1: false in the config file")
+	}
+	return nil
+}
+
+// applyOOMScoreAdj protects nodelet from the OOM killer. Some hosts refuse
+// negative values (no CAP_SYS_RESOURCE); that is a warning, not a failure.
+func applyOOMScoreAdj(ctx context.Context, adj *int32) {
+	v := int32(-999)
+	if adj != nil {
+		v = *adj
+	}
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(int(v))), 0o644); err != nil {
+		klog.FromContext(ctx).Info("Warning: could not set nodelet's oom_score_adj; continuing", "oomScoreAdj", v, "err", err)
+	}
+}
+
+// watchdog pings systemd while the loop and PLEG are healthy, so a wedged
+// nodelet is restarted when WatchdogSec is set.
+func watchdog(ctx context.Context, p interface{ Healthy() error }, loop *syncloop.Loop) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval == 0 {
+		return
+	}
+	t := time.NewTicker(interval / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if p.Healthy() == nil && loop.Healthy() == nil {
+				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			}
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// envSources feeds envvars from the API server: configMaps and secrets are read
+// when a container starts (as upstream's Get strategy), services come from an
+// informer because every container start needs them all.
+type envSources struct {
+	client   kubernetes.Interface
+	services corelisters.ServiceLister
+	synced   cache.InformerSynced
+}
+
+func newEnvSources(ctx context.Context, client kubernetes.Interface) *envSources {
+	if client == nil {
+		return &envSources{}
+	}
+	f := informers.NewSharedInformerFactory(client, 0)
+	inf := f.Core().V1().Services()
+	s := &envSources{client: client, services: inf.Lister(), synced: inf.Informer().HasSynced}
+	f.Start(ctx.Done())
+	return s
+}
+
+func (s *envSources) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	if s.client == nil {
+		return nil, fmt.Errorf("configmap %s/%s: no API server in standalone mode", namespace, name)
+	}
+	return s.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (s *envSources) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	if s.client == nil {
+		return nil, fmt.Errorf("secret %s/%s: no API server in standalone mode", namespace, name)
+	}
+	return s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (s *envSources) Services(ctx context.Context, namespace string) ([]*v1.Service, error) {
+	if s.services == nil {
+		return nil, nil
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
+		return nil, fmt.Errorf("waiting for the services cache: %w", ctx.Err())
+	}
+	svcs, err := s.services.Services(namespace).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing services of namespace %s: %w", namespace, err)
+	}
+	klog.FromContext(ctx).V(5).Info("Listed services for env", "namespace", namespace, "count", len(svcs))
+	return svcs, nil
+}

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+)
+
+// runtimeStatuser is the CRI call runtime health needs.
+type runtimeStatuser interface {
+	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
+}
+
+// runtimeHealth polls the runtime's Status every 5s, as upstream's updateRuntimeUp,
+// and remembers why it is not ready (feeds the node's Ready condition).
+type runtimeHealth struct {
+	rt    runtimeStatuser
+	clock clock.WithTicker
+
+	mu      sync.Mutex
+	lastErr error
+	checked bool
+}
+
+func newRuntimeHealth(rt runtimeStatuser, clk clock.WithTicker) *runtimeHealth {
+	return &runtimeHealth{rt: rt, clock: clk}
+}
+
+func (h *runtimeHealth) run(ctx context.Context) {
+	t := h.clock.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		h.check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (h *runtimeHealth) check(ctx context.Context) {
+	resp, err := h.rt.Status(ctx, false)
+	var problem error
+	if err != nil {
+		problem = fmt.Errorf("container runtime is down: %w", err)
+	} else {
+		var bad []string
+		for _, c := range resp.GetStatus().GetConditions() {
+			if (c.Type == "RuntimeReady" || c.Type == "NetworkReady") && !c.Status {
+				bad = append(bad, fmt.Sprintf("%s=false reason:%s message:%s", c.Type, c.Reason, c.Message))
+			}
+		}
+		if len(bad) > 0 {
+			problem = fmt.Errorf("container runtime not ready: %s", strings.Join(bad, "; "))
+		}
+	}
+	h.mu.Lock()
+	h.lastErr, h.checked = problem, true
+	h.mu.Unlock()
+}
+
+func (h *runtimeHealth) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.checked {
+		return fmt.Errorf("container runtime status check may not have completed yet")
+	}
+	return h.lastErr
+}
+
+// healthChecker is anything that can say it is unhealthy.
+type healthChecker interface{ Healthy() error }
+
+// healthzServer serves /healthz on healthzBindAddress:healthzPort (127.0.0.1:10248).
+type healthzServer struct {
+	addr   string
+	checks map[string]healthChecker
+}
+
+func newHealthzServer(kc *kubeletconfigv1beta1.KubeletConfiguration, pleg, loop healthChecker, rt *runtimeHealth) *healthzServer {
+	if kc.HealthzPort == nil || *kc.HealthzPort == 0 {
+		return nil
+	}
+	return &healthzServer{
+		addr:   net.JoinHostPort(kc.HealthzBindAddress, strconv.Itoa(int(*kc.HealthzPort))),
+		checks: map[string]healthChecker{"pleg": pleg, "syncloop": loop},
+	}
+}
+
+func (s *healthzServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var failed []string
+	for name, c := range s.checks {
+		if err := c.Healthy(); err != nil {
+			failed = append(failed, fmt.Sprintf("[-]%s failed: %v", name, err))
+		}
+	}
+	if len(failed) > 0 {
+		http.Error(w, strings.Join(failed, "\n")+"\nhealthz check failed", http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (s *healthzServer) serve(ctx context.Context) {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", s)
+	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		klog.FromContext(ctx).Error(err, "Serving healthz", "address", s.addr)
+	}
+}

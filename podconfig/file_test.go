@@ -1,0 +1,317 @@
+package podconfig
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const testNode = "node-a"
+
+const goodPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  containers:
+  - name: nginx
+    image: nginx
+    ports:
+    - containerPort: 80
+    resources:
+      limits:
+        cpu: 100m
+    readinessProbe:
+      httpGet:
+        port: 80
+  - name: side
+    image: busybox:1.36
+    env:
+    - name: NODE
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+`
+
+func TestDecodeStaticPodDefaults(t *testing.T) {
+	pod, err := decodeStaticPod([]byte(goodPod), "/etc/kubernetes/manifests/web.yaml", testNode)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want interface{}
+	}{
+		{"name", pod.Name, "web-" + testNode},
+		{"namespace", pod.Namespace, "default"},
+		{"nodeName", pod.Spec.NodeName, testNode},
+		{"restartPolicy", pod.Spec.RestartPolicy, v1.RestartPolicyAlways},
+		{"dnsPolicy", pod.Spec.DNSPolicy, v1.DNSClusterFirst},
+		{"grace", *pod.Spec.TerminationGracePeriodSeconds, int64(30)},
+		{"scheduler", pod.Spec.SchedulerName, "default-scheduler"},
+		{"securityContext set", pod.Spec.SecurityContext != nil, true},
+		{"serviceLinks", *pod.Spec.EnableServiceLinks, true},
+		{"pull latest", pod.Spec.Containers[0].ImagePullPolicy, v1.PullAlways},
+		{"pull tagged", pod.Spec.Containers[1].ImagePullPolicy, v1.PullIfNotPresent},
+		{"termMsgPath", pod.Spec.Containers[0].TerminationMessagePath, "/dev/termination-log"},
+		{"termMsgPolicy", pod.Spec.Containers[1].TerminationMessagePolicy, v1.TerminationMessageReadFile},
+		{"port protocol", pod.Spec.Containers[0].Ports[0].Protocol, v1.ProtocolTCP},
+		{"requests from limits", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "100m"},
+		{"probe period", pod.Spec.Containers[0].ReadinessProbe.PeriodSeconds, int32(10)},
+		{"probe failure", pod.Spec.Containers[0].ReadinessProbe.FailureThreshold, int32(3)},
+		{"probe path", pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Path, "/"},
+		{"probe scheme", pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Scheme, v1.URISchemeHTTP},
+		{"fieldRef version", pod.Spec.Containers[1].Env[0].ValueFrom.FieldRef.APIVersion, "v1"},
+		{"hash = uid", pod.Annotations[AnnotationConfigHash], string(pod.UID)},
+		{"source", pod.Annotations[AnnotationConfigSource], SourceFile},
+		{"phase", pod.Status.Phase, v1.PodPending},
+		{"labels kept", pod.Labels["app"], "web"},
+		{"toleration", pod.Spec.Tolerations, []v1.Toleration{{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}},
+	}
+	for _, c := range checks {
+		if !equalish(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if len(pod.UID) != 32 {
+		t.Errorf("uid %q is not an md5 hex", pod.UID)
+	}
+}
+
+func equalish(a, b interface{}) bool {
+	if ta, ok := a.([]v1.Toleration); ok {
+		tb := b.([]v1.Toleration)
+		if len(ta) != len(tb) {
+			return false
+		}
+		for i := range ta {
+			if ta[i] != tb[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+func TestStaticPodUIDStability(t *testing.T) {
+	a, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", testNode)
+	b, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", testNode)
+	otherNode, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", "node-b")
+	otherPath, _ := decodeStaticPod([]byte(goodPod), "/m/web2.yaml", testNode)
+	edited, _ := decodeStaticPod([]byte(goodPod+"  hostNetwork: true\n"), "/m/web.yaml", testNode)
+	if a.UID != b.UID {
+		t.Errorf("same input gave %q and %q", a.UID, b.UID)
+	}
+	for name, p := range map[string]*v1.Pod{"node": otherNode, "path": otherPath, "content": edited} {
+		if p.UID == a.UID {
+			t.Errorf("different %s gave the same UID", name)
+		}
+	}
+}
+
+func TestDecodeStaticPodRejects(t *testing.T) {
+	tests := []struct {
+		name     string
+		manifest string
+		wantErr  string
+	}{
+		{"invalid yaml", "kind: Pod\n  metadata: [", "parse manifest"},
+		{"empty", "  \n", "empty"},
+		{"wrong kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n", `kind is "Deployment"`},
+		{"wrong version", "apiVersion: v2\nkind: Pod\nmetadata: {name: x}\n", `apiVersion is "v2"`},
+		{"no name", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [{name: c, image: i}]\n", "metadata.name"},
+		{"no containers", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "spec.containers is empty"},
+		{"no image", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c}]\n", "no image"},
+		{"dup container", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i}, {name: c, image: i}]\n", "used twice"},
+		{"bad name", "apiVersion: v1\nkind: Pod\nmetadata: {name: X_Y}\nspec:\n  containers: [{name: c, image: i}]\n", "is invalid"},
+		{"secret volume", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: s, secret: {secretName: s}}]\n", "secret volumes"},
+		{"configmap volume", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: s, configMap: {name: s}}]\n", "configMap volumes"},
+		{"sa token", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: s, projected: {sources: [{serviceAccountToken: {path: t}}]}}]\n", "serviceAccountToken"},
+		{"secret env", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i, env: [{name: E, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]\n", "env"},
+		{"service account", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  serviceAccountName: sa\n  containers: [{name: c, image: i}]\n", "service account"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeStaticPod([]byte(tt.manifest), "/m/f.yaml", testNode)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestPullPolicyFor(t *testing.T) {
+	tests := map[string]v1.PullPolicy{
+		"nginx":                          v1.PullAlways,
+		"nginx:latest":                   v1.PullAlways,
+		"nginx:1.25":                     v1.PullIfNotPresent,
+		"localhost:5000/nginx":           v1.PullAlways,
+		"localhost:5000/nginx:1":         v1.PullIfNotPresent,
+		"nginx@sha256:0123456789abcdef0": v1.PullIfNotPresent,
+	}
+	for image, want := range tests {
+		if got := pullPolicyFor(image); got != want {
+			t.Errorf("pullPolicyFor(%q) = %s, want %s", image, got, want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next returns the next update or fails after a while.
+func next(t *testing.T, c *Config) Update {
+	t.Helper()
+	select {
+	case u := <-c.Updates():
+		return u
+	case <-time.After(5 * time.Second):
+		t.Fatal("no update")
+	}
+	return Update{}
+}
+
+func expectNone(t *testing.T, c *Config) {
+	t.Helper()
+	select {
+	case u := <-c.Updates():
+		t.Fatalf("unexpected update %s with %d pods", u.Op, len(u.Pods))
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestFileSourceDirectory(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "web.yaml"), goodPod)
+	writeFile(t, filepath.Join(dir, "bad.yaml"), "apiVersion: v1\nkind: Pod\nspec: {}\n")
+	writeFile(t, filepath.Join(dir, "broken.json"), "{not json")
+	writeFile(t, filepath.Join(dir, ".hidden.yaml"), strings.Replace(goodPod, "name: web", "name: hidden", 1))
+	writeFile(t, filepath.Join(dir, "notes.txt"), strings.Replace(goodPod, "name: web", "name: notes", 1))
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "sub", "x.yaml"), strings.Replace(goodPod, "name: web", "name: sub", 1))
+
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC))
+	c := New(testNode, clk, WithSources(SourceFile))
+	if c.SourcesReady() {
+		t.Fatal("ready before the first read")
+	}
+	c.readFileSource(dir)
+	u := next(t, c)
+	if u.Op != OpAdd || u.Source != SourceFile || len(u.Pods) != 1 || u.Pods[0].Name != "web-"+testNode {
+		t.Fatalf("first update = %s %s %d pods, want Add of web", u.Op, u.Source, len(u.Pods))
+	}
+	if !c.SourcesReady() {
+		t.Fatal("not ready after the first read")
+	}
+	first := u.Pods[0]
+	if first.Annotations[AnnotationConfigSeen] != "2026-12-02T13:00:00Z" {
+		t.Errorf("seen = %q", first.Annotations[AnnotationConfigSeen])
+	}
+
+	// Same content again: nothing, even with the clock moved (seen stays put).
+	clk.Step(time.Minute)
+	c.readFileSource(dir)
+	expectNone(t, c)
+
+	// A restarted node reads the same UID.
+	c2 := New(testNode, clk)
+	c2.readFileSource(dir)
+	if u2 := next(t, c2); u2.Pods[0].UID != first.UID {
+		t.Errorf("UID after restart %q, want %q", u2.Pods[0].UID, first.UID)
+	}
+
+	// An edit is a new pod (new hash): the old one is removed, the new one added.
+	writeFile(t, filepath.Join(dir, "web.yaml"), strings.Replace(goodPod, "app: web", "app: web2", 1))
+	c.readFileSource(dir)
+	rm := next(t, c)
+	add := next(t, c)
+	if rm.Op != OpRemove || rm.Pods[0].UID != first.UID {
+		t.Errorf("got %s of %s, want Remove of %s", rm.Op, rm.Pods[0].UID, first.UID)
+	}
+	if add.Op != OpAdd || add.Pods[0].UID == first.UID || add.Pods[0].Labels["app"] != "web2" {
+		t.Errorf("got %s of %s (app=%s), want Add of the edited pod", add.Op, add.Pods[0].UID, add.Pods[0].Labels["app"])
+	}
+
+	// Removing the file removes the pod.
+	if err := os.Remove(filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c.readFileSource(dir)
+	if u := next(t, c); u.Op != OpRemove || u.Pods[0].UID != add.Pods[0].UID {
+		t.Errorf("got %s, want Remove of the edited pod", u.Op)
+	}
+}
+
+func TestFileSourceSingleFileAndMissingPath(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "pod.manifest") // a single file is read whatever its name
+	writeFile(t, f, goodPod)
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	c.readFileSource(f)
+	if u := next(t, c); u.Op != OpAdd || len(u.Pods) != 1 {
+		t.Fatalf("got %s with %d pods, want Add of 1", u.Op, len(u.Pods))
+	}
+
+	missing := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	missing.readFileSource(filepath.Join(dir, "nope"))
+	expectNone(t, missing)
+	if !missing.SourcesReady() {
+		t.Error("a missing path must still make the file source ready")
+	}
+}
+
+func TestFileSourceDuplicateName(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), goodPod)
+	writeFile(t, filepath.Join(dir, "b.yaml"), goodPod+"  hostNetwork: true\n")
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	c.readFileSource(dir)
+	u := next(t, c)
+	if len(u.Pods) != 1 || u.Pods[0].Spec.HostNetwork {
+		t.Fatalf("got %d pods (hostNetwork=%v), want only a.yaml's", len(u.Pods), len(u.Pods) > 0 && u.Pods[0].Spec.HostNetwork)
+	}
+}
+
+func TestRunFileSourcePolls(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(testNode, clk, WithSources(SourceFile))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.RunFileSource(ctx, dir, 20*time.Second) }()
+	defer func() { cancel(); <-done }()
+
+	waitFor(t, c.SourcesReady)
+	writeFile(t, filepath.Join(dir, "web.yaml"), goodPod)
+	waitFor(t, clk.HasWaiters)
+	clk.Step(20 * time.Second)
+	if u := next(t, c); u.Op != OpAdd || len(u.Pods) != 1 {
+		t.Fatalf("got %s, want Add after one period", u.Op)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -149,6 +149,9 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 	if cfg.NodeName == "" {
 		return nil, errors.New("creating node controller: empty node name")
 	}
+	if err := ValidateNodeLabels(cfg.Labels); err != nil {
+		return nil, fmt.Errorf("creating node controller: %w", err)
+	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = cfg.NodeName
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 )
 
 const (
@@ -129,4 +132,33 @@ func (c *Controller) reported(n *v1.Node, events []conditionEvent) {
 	c.mu.Unlock()
 	c.setNode(n)
 	c.recordEvents(events)
+}
+
+// ValidateNodeLabels rejects --node-labels in the kubernetes.io / k8s.io namespaces that a
+// node may not set on itself (the NodeRestriction admission plugin would refuse the Node),
+// as the upstream kubelet does at startup.
+func ValidateNodeLabels(labels map[string]string) error {
+	var bad []string
+	for k := range labels {
+		ns, _, found := strings.Cut(k, "/")
+		if !found {
+			continue
+		}
+		restricted := false
+		for _, r := range []string{"kubernetes.io", "k8s.io"} {
+			if ns == r || strings.HasSuffix(ns, "."+r) {
+				restricted = true
+			}
+		}
+		if restricted && !kubeletapis.IsKubeletLabel(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: %v; "+
+		"labels in these namespaces must begin with an allowed prefix (%s) or be one of %s",
+		bad, strings.Join(kubeletapis.KubeletLabelNamespaces(), ", "), strings.Join(kubeletapis.KubeletLabels(), ", "))
 }

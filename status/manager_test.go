@@ -446,7 +446,7 @@ func TestStartSyncsAndMeasures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.ResourceVersion = "2" // the fake tracker sets none; the API server always does
+	p.ResourceVersion = "2"        // the fake tracker sets none; the API server always does
 	m.SetPodStatus(p, running(t0)) // the caller sees the API's new copy; our status is unchanged
 	waitFor(t, clk.HasWaiters)
 	clk.Step(BatchPeriod)

@@ -311,9 +311,17 @@ func (l *Loop) CanDeletePod(pod *v1.Pod) bool {
 // forgets finished workers and orphaned statuses, and removes orphaned pod dirs.
 func (l *Loop) housekeeping(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	inRuntime := map[types.UID]bool{}
+	for _, p := range l.deps.PLEG.Pods() {
+		if hasAnything(p) {
+			inRuntime[p.UID] = true
+		}
+	}
 	l.mu.Lock()
 	for uid, w := range l.workers {
-		if _, wanted := l.pods[uid]; !wanted && w.finished() {
+		// A finished worker stays until the runtime stops listing the pod, so a
+		// relist that lags behind the removal does not look like an orphan.
+		if _, wanted := l.pods[uid]; !wanted && w.finished() && (!inRuntime[uid] || !w.isReclaimed()) {
 			w.stop()
 			delete(l.workers, uid)
 		}
@@ -327,7 +335,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	}
 	var orphans []*pleg.PodStatus
 	for _, p := range l.deps.PLEG.Pods() {
-		if _, ok := l.workers[p.UID]; !ok && hasAnything(p) {
+		if _, ok := l.workers[p.UID]; !ok && inRuntime[p.UID] {
 			orphans = append(orphans, p)
 		}
 	}

@@ -420,10 +420,12 @@ func (m *Manager) markSynced(uid types.UID, version uint64, examinedRV string, a
 }
 
 // markGone stops syncing a pod whose API object no longer exists (or was replaced).
+// A static pod's mirror is recreated by the mirror reconciler, so its status is kept
+// pending and written to the next mirror instead.
 func (m *Manager) markGone(uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.statuses[uid]; ok {
+	if e, ok := m.statuses[uid]; ok && isAPIPod(e.pod) {
 		e.deleted = true
 		e.synced = e.version
 	}

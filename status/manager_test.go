@@ -339,6 +339,28 @@ func TestStaticPodStatusGoesToMirror(t *testing.T) {
 	if got, ok := m.GetPodStatus("static-uid"); !ok || got.Phase != v1.PodRunning {
 		t.Errorf("status not kept under the static UID")
 	}
+
+	// The mirror is replaced (new UID, empty status): once the lookup knows the new
+	// mirror, the periodic batch writes the status to it.
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "web-n", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	m.SetPodStatus(static, running(t0.Add(time.Minute)))
+	m.syncBatch(ctx, false) // old mirror is gone: nothing written, not given up
+	wantVerbs(t, client, "get")
+	replacement := testPod("web-n", "mirror-uid-2")
+	replacement.Annotations = map[string]string{"kubernetes.io/config.mirror": "static-uid"}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, replacement, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	mirrors["static-uid"] = replacement
+	m.syncBatch(ctx, true)
+	wantVerbs(t, client, "get", "patch/status")
+	if got := apiStatus(t, client, "web-n"); got.Phase != v1.PodRunning {
+		t.Errorf("new mirror phase %s", got.Phase)
+	}
 }
 
 func TestDeleteWhenReclaimed(t *testing.T) {

@@ -39,6 +39,11 @@ func TestAPISourceOps(t *testing.T) {
 		apiPod("p1", "u1", testNode),
 		apiPod("p2", "u2", testNode),
 		apiPod("other", "u3", "node-b"), // not ours
+		func() *v1.Pod { // a mirror pod: not a pod to run
+			m := apiPod("web-"+testNode, "m1", testNode)
+			m.Annotations = map[string]string{AnnotationConfigMirror: "h"}
+			return m
+		}(),
 	)
 	c, stop := startAPI(t, client)
 	defer stop()
@@ -281,4 +286,26 @@ func TestMirrorReconcilerEndToEnd(t *testing.T) {
 		_, err := client.CoreV1().Pods(static.Namespace).Get(ctx, static.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
+}
+
+func TestSourcesReady(t *testing.T) {
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(SourceAPI, SourceFile))
+	steps := []struct {
+		name string
+		act  func()
+		want bool
+	}{
+		{"nothing read", func() {}, false},
+		{"file read", func() { c.setSnapshot(SourceFile, nil) }, false},
+		{"api synced", func() { c.markReady(SourceAPI) }, true},
+	}
+	for _, s := range steps {
+		s.act()
+		if got := c.SourcesReady(); got != s.want {
+			t.Errorf("%s: SourcesReady = %v, want %v", s.name, got, s.want)
+		}
+	}
+	if New(testNode, clocktesting.NewFakeClock(time.Now())).SourcesReady() {
+		t.Error("ready with no sources at all")
+	}
 }

@@ -6,6 +6,7 @@ package podconfig
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -315,7 +316,7 @@ func (c *Config) upsertLocked(source string, s *sourceState, p *v1.Pod, ch *chan
 	old, ok := s.pods[p.UID]
 	if !ok {
 		if _, set := p.Annotations[AnnotationConfigSeen]; !set {
-			p.Annotations[AnnotationConfigSeen] = c.clk.Now().UTC().Format(timeFormat)
+			p.Annotations[AnnotationConfigSeen] = c.clk.Now().UTC().Format(time.RFC3339Nano)
 		}
 		s.pods[p.UID] = p
 		ch.adds = append(ch.adds, p)
@@ -331,8 +332,6 @@ func (c *Config) upsertLocked(source string, s *sourceState, p *v1.Pod, ch *chan
 		ch.reconciles = append(ch.reconciles, p)
 	}
 }
-
-const timeFormat = "2006-01-02T15:04:05.999999999Z07:00" // time.RFC3339Nano
 
 // specOrMetaChanged compares what upstream compares for an UPDATE: spec, labels,
 // annotations, deletion timestamp and grace period.

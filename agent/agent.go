@@ -185,7 +185,14 @@ func Run(ctx context.Context, opts *config.Options) error {
 		CrashLoopBackOffMax:   crashMax,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
-	pods := podconfig.New(nodeName, clk)
+	var sources []string
+	if kc.StaticPodPath != "" {
+		sources = append(sources, podconfig.SourceFile)
+	}
+	if client != nil {
+		sources = append(sources, podconfig.SourceAPI)
+	}
+	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
 	if kc.StaticPodPath != "" {
 		goRun(func() { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
 	}

@@ -286,6 +286,10 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 			w.nextSync = time.Time{}
 			w.unlock()
 			logger.V(2).Info("Pod resources reclaimed")
+			// Tell the status manager now, so the API object goes without waiting for its batch.
+			if s, ok := l.deps.Status.GetPodStatus(pod.UID); ok {
+				l.deps.Status.SetPodStatus(pod, s)
+			}
 		}
 	}
 }

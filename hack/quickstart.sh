@@ -77,4 +77,4 @@ cp "$REPO/deploy/manifests/demo.yaml" "$MANIFESTS/demo.yaml"
 log "running nodelet in standalone mode (Ctrl-C stops nodelet; the pod keeps running)"
 echo "Pod logs: ls /var/log/pods/ ; tail -f /var/log/pods/default_nodelet-demo-*/hello/0.log"
 exec "$REPO/_output/nodelet" --config="$REPO/deploy/standalone-config.yaml" \
-	--container-runtime-endpoint="unix://$SOCK" --pod-manifest-path="$MANIFESTS" "$@"
+	--container-runtime-endpoint="unix://$SOCK" --pod-manifest-path="$MANIFESTS" --v=2 "$@"

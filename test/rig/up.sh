@@ -274,6 +274,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   restrict_oom_score_adj = true
   enable_selinux = false
   max_container_log_line_size = 16384
+  # Sandbox network namespaces under the rig's state dir, not /var/run/netns.
+  netns_mounts_under_state_dir = true
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"

@@ -228,13 +228,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	goRun(func() { health.run(ctx) })
 	goRun(func() { gpleg.Start(ctx) })
 	goRun(func() { statusMgr.Start(ctx) })
-	if client != nil && (kc.RegisterNode == nil || *kc.RegisterNode) {
-		goRun(func() {
-			if err := nodeCtl.Register(ctx); err != nil && ctx.Err() == nil {
-				logger.Error(err, "Registering the node failed")
-			}
-		})
-	}
+	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
 	goRun(func() { nodeCtl.Run(ctx) })
 	goRun(func() { loop.Run(ctx) })
 

@@ -73,8 +73,12 @@ func (c *Controller) setNodeStatus(ctx context.Context, node *v1.Node) []conditi
 	st.NodeInfo.KubeProxyVersion = ""
 	st.NodeInfo.OperatingSystem = runtime.GOOS
 	st.NodeInfo.Architecture = runtime.GOARCH
-	swap := int64(c.machine.SwapCapacity)
-	st.NodeInfo.Swap = &v1.NodeSwapStatus{Capacity: &swap}
+	// The API refuses a zero swap capacity: report swap only when the node has some.
+	st.NodeInfo.Swap = nil
+	if c.machine.SwapCapacity > 0 {
+		swap := int64(c.machine.SwapCapacity)
+		st.NodeInfo.Swap = &v1.NodeSwapStatus{Capacity: &swap}
+	}
 
 	st.DaemonEndpoints.KubeletEndpoint.Port = c.port
 

@@ -26,7 +26,7 @@ KCM_PORT=${KCM_PORT:-20257}
 # serviceaccount + serviceaccount-token: the default SA and its tokens; root-ca-cert-publisher:
 # kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace
 # deletion; garbagecollector: ownerReferences.
-KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount,serviceaccount-token,root-ca-cert-publisher,namespace,garbagecollector}
+KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller}
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 BUSYBOX_IMAGE=nodelet.local/busybox:latest
@@ -106,6 +106,20 @@ check_alive() {
 		tail -n 30 "$LOGS/$1.log" >&2 || true
 		die "$1 exited; log: $LOGS/$1.log"
 	fi
+}
+
+# write_if_changed FILE: stdin becomes FILE, atomically (containerd watches its CNI dir and
+# must not read half a file), only when the content differs. Returns 1 when unchanged.
+write_if_changed() {
+	local tmp
+	tmp=$(mktemp "$1.XXXXXX")
+	cat >"$tmp"
+	if [[ -f "$1" ]] && cmp -s "$tmp" "$1"; then
+		rm -f "$tmp"
+		return 1
+	fi
+	chmod 644 "$tmp"
+	mv -f "$tmp" "$1"
 }
 
 # ---------------------------------------------------------------- PKI
@@ -247,7 +261,8 @@ check_alive kube-controller-manager
 CD=$RIG_DIR/containerd
 CNI_CONF_DIR=$RIG_DIR/cni/net.d
 mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
-cat >"$CD/config.toml" <<EOF
+cd_changed=0
+write_if_changed "$CD/config.toml" <<EOF && cd_changed=1
 # Written by test/rig/up.sh. containerd 1.6 (config version 2), private to the rig.
 version = 2
 root = "$CD/root"
@@ -295,7 +310,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$CD/certs.d"
 EOF
-cat >"$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF
+write_if_changed "$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF || true
 {
   "cniVersion": "1.0.0",
   "name": "nodelet-rig",
@@ -321,10 +336,16 @@ cat >"$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF
 }
 EOF
 # containerd's CRI adds the loopback network itself; this file is for other CNI users.
-cat >"$CNI_CONF_DIR/99-loopback.conf" <<EOF
+write_if_changed "$CNI_CONF_DIR/99-loopback.conf" <<EOF || true
 {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}
 EOF
 
+if ((cd_changed)) && alive containerd; then
+	# Containers survive a containerd restart (their shims keep running).
+	log "containerd config changed: restarting containerd"
+	kill -TERM "$(cat "$RUN/containerd.pid")"
+	for _ in $(seq 1 100); do alive containerd || break; sleep 0.1; done
+fi
 start containerd containerd --config "$CD/config.toml"
 wait_until 30 "containerd $SOCK" ctr -a "$SOCK" version
 check_alive containerd

@@ -2,9 +2,11 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +28,33 @@ type Framework struct {
 	Client     kubernetes.Interface // admin (system:masters)
 	RestConfig *rest.Config
 	CRI        *CRIClient
+
+	mu       sync.Mutex
+	nodelets []*Nodelet
+}
+
+// checkNodelets is a *StopError when a nodelet this test started has exited without being
+// asked to (Stop, Kill, WaitExit): the Wait helpers then fail at once instead of timing out.
+func (f *Framework) checkNodelets() error {
+	f.mu.Lock()
+	ns := append([]*Nodelet(nil), f.nodelets...)
+	f.mu.Unlock()
+	for _, n := range ns {
+		if err := n.unexpectedExit(); err != nil {
+			return &StopError{Err: err}
+		}
+	}
+	return nil
+}
+
+// waitFor is WaitFor that also stops when a nodelet of this test died.
+func (f *Framework) waitFor(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
+	return WaitFor(ctx, timeout, what, func(ctx context.Context) (bool, error) {
+		if err := f.checkNodelets(); err != nil {
+			return false, err
+		}
+		return cond(ctx)
+	})
 }
 
 // New loads rig.env, builds the admin client and the CRI client, and fails the test when the
@@ -71,16 +100,28 @@ func (f *Framework) NodeClient() kubernetes.Interface {
 // Poll is how often the Wait helpers look.
 const Poll = 200 * time.Millisecond
 
-// WaitFor polls cond until it returns true, returns an error, or timeout passes. The error
-// names what was waited for and the last condition error, if any.
+// StopError, returned by a WaitFor condition, ends the wait at once with Err (other errors
+// are taken as transient and polled through).
+type StopError struct{ Err error }
+
+func (e *StopError) Error() string { return e.Err.Error() }
+func (e *StopError) Unwrap() error { return e.Err }
+
+// WaitFor polls cond until it returns true or a *StopError, or timeout passes; other
+// condition errors are retried. The error names what was waited for and the last condition
+// error, if any.
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, Poll, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
-		if err != nil {
-			// Keep polling through transient errors; report the last one on timeout.
+		var stop *StopError
+		switch {
+		case errors.As(err, &stop):
+			return false, stop
+		case err != nil && ctx.Err() == nil:
+			// Keep polling through transient errors; report the last one on timeout. (An
+			// error caused by the deadline itself would only hide the interesting one.)
 			last = err
-			return false, nil
 		}
 		return ok, nil
 	})
@@ -98,7 +139,7 @@ func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 func (f *Framework) WaitForPod(ctx context.Context, ns, name string, timeout time.Duration, what string, cond func(*v1.Pod) bool) *v1.Pod {
 	f.T.Helper()
 	var pod *v1.Pod
-	err := WaitFor(ctx, timeout, fmt.Sprintf("pod %s/%s %s", ns, name, what), func(ctx context.Context) (bool, error) {
+	err := f.waitFor(ctx, timeout, fmt.Sprintf("pod %s/%s %s", ns, name, what), func(ctx context.Context) (bool, error) {
 		p, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -127,7 +168,7 @@ func (f *Framework) WaitForPodReady(ctx context.Context, ns, name string, timeou
 // WaitForPodGone waits until the pod no longer exists in the API.
 func (f *Framework) WaitForPodGone(ctx context.Context, ns, name string, timeout time.Duration) {
 	f.T.Helper()
-	err := WaitFor(ctx, timeout, fmt.Sprintf("pod %s/%s to be gone", ns, name), func(ctx context.Context) (bool, error) {
+	err := f.waitFor(ctx, timeout, fmt.Sprintf("pod %s/%s to be gone", ns, name), func(ctx context.Context) (bool, error) {
 		_, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -143,7 +184,7 @@ func (f *Framework) WaitForPodGone(ctx context.Context, ns, name string, timeout
 func (f *Framework) WaitForNodeReady(ctx context.Context, timeout time.Duration) *v1.Node {
 	f.T.Helper()
 	var node *v1.Node
-	err := WaitFor(ctx, timeout, "node "+f.Env.NodeName+" to be Ready", func(ctx context.Context) (bool, error) {
+	err := f.waitFor(ctx, timeout, "node "+f.Env.NodeName+" to be Ready", func(ctx context.Context) (bool, error) {
 		n, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -67,6 +67,19 @@ type Nodelet struct {
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the current process has exited
 	waitErr error
+	// expectExit is set once the test has asked for (or waits for) the exit.
+	expectExit bool
+}
+
+// unexpectedExit describes an exit the test did not ask for (nil while running or after
+// Stop, Kill or WaitExit).
+func (n *Nodelet) unexpectedExit() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.expectExit || !n.exited() {
+		return nil
+	}
+	return fmt.Errorf("nodelet exited unexpectedly (%s); log %s:\n%s", errOrOK(n.waitErr), n.LogPath, n.logTail(30))
 }
 
 // DefaultKubeletConfiguration is the configuration StartNodelet writes before
@@ -83,12 +96,14 @@ func DefaultKubeletConfiguration(env *RigEnv, dir string) *kubeletconfigv1beta1.
 		ContainerRuntimeEndpoint: env.ContainerRuntimeEndpoint,
 		CgroupDriver:             "cgroupfs",
 		FailSwapOn:               ptr.To(false),
-		HealthzBindAddress:       "127.0.0.1",
-		HealthzPort:              ptr.To[int32](10248),
-		ReadOnlyPort:             0,
-		TLSCertFile:              env.KubeletServingCert,
-		TLSPrivateKeyFile:        env.KubeletServingKey,
-		ClusterDomain:            "cluster.local",
+		// The rig's host has cgroup v1 (hybrid) and cannot have v2; upstream refuses v1 by default.
+		FailCgroupV1:       ptr.To(false),
+		HealthzBindAddress: "127.0.0.1",
+		HealthzPort:        ptr.To[int32](10248),
+		ReadOnlyPort:       0,
+		TLSCertFile:        env.KubeletServingCert,
+		TLSPrivateKeyFile:  env.KubeletServingKey,
+		ClusterDomain:      "cluster.local",
 		Authentication: kubeletconfigv1beta1.KubeletAuthentication{
 			X509:      kubeletconfigv1beta1.KubeletX509Authentication{ClientCAFile: env.CACert},
 			Webhook:   kubeletconfigv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},
@@ -141,6 +156,9 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 		opts:       opts,
 	}
 	f.T.Cleanup(n.cleanup)
+	f.mu.Lock()
+	f.nodelets = append(f.nodelets, n)
+	f.mu.Unlock()
 
 	n.Config = DefaultKubeletConfiguration(f.Env, dir)
 	if opts.Config != nil {
@@ -228,7 +246,7 @@ func (n *Nodelet) start() error {
 		return fmt.Errorf("starting nodelet %s: %w", n.Bin, err)
 	}
 	done := make(chan struct{})
-	n.cmd, n.done, n.waitErr = cmd, done, nil
+	n.cmd, n.done, n.waitErr, n.expectExit = cmd, done, nil, false
 	go func() {
 		err := cmd.Wait()
 		fmt.Fprintf(logf, "=== %s framework: nodelet exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), errOrOK(err))
@@ -286,6 +304,7 @@ func (n *Nodelet) ExitError() error {
 func (n *Nodelet) WaitExit(timeout time.Duration) error {
 	n.mu.Lock()
 	done := n.done
+	n.expectExit = true
 	n.mu.Unlock()
 	if done == nil {
 		return errors.New("nodelet was never started")
@@ -301,6 +320,7 @@ func (n *Nodelet) WaitExit(timeout time.Duration) error {
 func (n *Nodelet) signal(sig syscall.Signal) (chan struct{}, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.expectExit = true
 	if n.cmd == nil || n.exited() {
 		return nil, nil
 	}
@@ -412,7 +432,7 @@ func (n *Nodelet) Logs() string {
 // WaitForLog waits until the process log contains substr.
 func (n *Nodelet) WaitForLog(ctx context.Context, substr string, timeout time.Duration) {
 	n.f.T.Helper()
-	err := WaitFor(ctx, timeout, fmt.Sprintf("nodelet log to contain %q", substr), func(context.Context) (bool, error) {
+	err := n.f.waitFor(ctx, timeout, fmt.Sprintf("nodelet log to contain %q", substr), func(context.Context) (bool, error) {
 		return strings.Contains(n.Logs(), substr), nil
 	})
 	if err != nil {

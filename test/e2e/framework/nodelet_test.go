@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,5 +134,57 @@ func TestNodeletLifecycle(t *testing.T) {
 func TestUnmountUnderNothingMounted(t *testing.T) {
 	if err := UnmountUnder(t.TempDir()); err != nil {
 		t.Fatalf("UnmountUnder with no mounts: %v", err)
+	}
+}
+
+func TestWaitStopsWhenNodeletDies(t *testing.T) {
+	f := newTestFramework(t)
+	bin := filepath.Join(t.TempDir(), "dying-nodelet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'fatal: bad config' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODELET_BIN", bin)
+	n := f.StartNodelet(NodeletOptions{KeepRuntimeState: true, KeepNode: true})
+
+	start := time.Now()
+	err := f.waitFor(t.Context(), time.Minute, "something that never happens", func(context.Context) (bool, error) {
+		return false, nil
+	})
+	var stop *StopError
+	if !errors.As(err, &stop) {
+		t.Fatalf("waitFor err = %v, want a StopError for the dead nodelet", err)
+	}
+	if !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "fatal: bad config") {
+		t.Errorf("error %q lacks the exit status or the log tail", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("waitFor took %v to notice the exit", d)
+	}
+	// Once the test says it expects the exit, waits no longer stop on it.
+	if err := n.WaitExit(5 * time.Second); err == nil {
+		t.Errorf("WaitExit = nil, want exit status 3")
+	}
+	if err := f.checkNodelets(); err != nil {
+		t.Errorf("checkNodelets after WaitExit = %v, want nil", err)
+	}
+}
+
+func TestWaitForRetriesTransientErrors(t *testing.T) {
+	calls := 0
+	err := WaitFor(t.Context(), 10*time.Second, "third call", func(context.Context) (bool, error) {
+		calls++
+		if calls < 3 {
+			return false, errors.New("transient")
+		}
+		return true, nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("WaitFor = %v after %d calls, want nil after 3", err, calls)
+	}
+	err = WaitFor(t.Context(), 300*time.Millisecond, "never", func(context.Context) (bool, error) {
+		return false, errors.New("still broken")
+	})
+	if err == nil || !strings.Contains(err.Error(), "still broken") || !strings.Contains(err.Error(), "never") {
+		t.Fatalf("WaitFor timeout error = %v, want it to name the wait and the last error", err)
 	}
 }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,8 +148,14 @@ func TestRigRuntime(t *testing.T) {
 				t.Fatal(err)
 			}
 			ip := sst.GetStatus().GetNetwork().GetIp()
-			if !tc.hostNetwork && !strings.HasPrefix(ip, "10.244.0.") {
-				t.Errorf("CNI pod IP %q, want one from 10.244.0.0/24", ip)
+			if !tc.hostNetwork {
+				_, podNet, err := net.ParseCIDR(f.Env.PodCIDR)
+				if err != nil {
+					t.Fatalf("rig env POD_CIDR: %v", err)
+				}
+				if !podNet.Contains(net.ParseIP(ip)) {
+					t.Errorf("CNI pod IP %q, want one from %s", ip, podNet)
+				}
 			}
 		})
 	}

@@ -108,8 +108,10 @@ mapfile -t mounts < <(awk -v r="$RIG_DIR/" 'index($5, r) == 1 {print $5}' /proc/
 for m in "${mounts[@]}"; do
 	umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
 done
-if ip link show nodelet0 >/dev/null 2>&1; then
-	ip link delete nodelet0 2>/dev/null || true
+bridge=$(sed -n 's/^CNI_BRIDGE=//p' "$RIG_DIR/rig.env" 2>/dev/null)
+bridge=${bridge:-nodelet0}
+if ip link show "$bridge" >/dev/null 2>&1; then
+	ip link delete "$bridge" 2>/dev/null || true
 fi
 # IP allocations are meaningless without the containers.
 rm -rf "$RIG_DIR/cni/ipam"

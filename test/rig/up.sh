@@ -9,7 +9,9 @@
 # state (keeping the PKI), for a clean cluster.
 #
 # Env: RIG_DIR (/var/lib/nodelet-rig), NODE_NAME (nodelet-e2e), RIG_BIN_DIR (from build-bins.sh),
-#      ETCD_PORT (23790), APISERVER_PORT (6443), KCM_PORT (20257), KCM_CONTROLLERS.
+#      ETCD_PORT (23790), APISERVER_PORT (6443), KCM_PORT (20257), KCM_CONTROLLERS,
+#      CNI_BRIDGE (nodelet0), POD_CIDR (10.244.0.0/24), NODELET_PORT (10250),
+#      NODELET_HEALTHZ_PORT (10248): the last four let a second rig run beside the first.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,7 +29,11 @@ KCM_PORT=${KCM_PORT:-20257}
 # kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace
 # deletion; garbagecollector: ownerReferences.
 KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller}
-POD_CIDR=10.244.0.0/24
+# A second rig on the same machine needs its own bridge, pod range and node agent ports.
+CNI_BRIDGE=${CNI_BRIDGE:-nodelet0}
+POD_CIDR=${POD_CIDR:-10.244.0.0/24}
+NODELET_PORT=${NODELET_PORT:-10250}
+NODELET_HEALTHZ_PORT=${NODELET_HEALTHZ_PORT:-10248}
 SERVICE_CIDR=10.96.0.0/16
 BUSYBOX_IMAGE=nodelet.local/busybox:latest
 PAUSE_IMAGE=nodelet.local/pause:latest
@@ -317,7 +323,7 @@ write_if_changed "$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF || true
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "nodelet0",
+      "bridge": "$CNI_BRIDGE",
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
@@ -395,6 +401,9 @@ CONTAINERD_ROOT=$CD/root
 CONTAINERD_STATE=$CD/state
 CNI_CONF_DIR=$CNI_CONF_DIR
 POD_CIDR=$POD_CIDR
+CNI_BRIDGE=$CNI_BRIDGE
+NODELET_PORT=$NODELET_PORT
+NODELET_HEALTHZ_PORT=$NODELET_HEALTHZ_PORT
 SERVICE_CIDR=$SERVICE_CIDR
 BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 PAUSE_IMAGE=$PAUSE_IMAGE

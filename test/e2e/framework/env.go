@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +38,8 @@ type RigEnv struct {
 	Ctr                      string // CTR: a ctr wrapper bound to the rig's containerd, namespace k8s.io
 	NodeletRootBase          string // NODELET_ROOT_BASE: parent of per-test root dirs (down.sh cleans it)
 	PodCIDR                  string // POD_CIDR: the CNI bridge's range
+	NodeletPort              int32  // NODELET_PORT: the node agent's HTTPS port (10250)
+	NodeletHealthzPort       int32  // NODELET_HEALTHZ_PORT: its healthz port (10248)
 
 	// All holds every KEY=value of the file, including keys without a field above.
 	All map[string]string
@@ -107,6 +110,20 @@ func ParseRigEnvFile(path string) (*RigEnv, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("reading rig env %s: missing %s", path, strings.Join(missing, ", "))
+	}
+	for _, p := range []struct {
+		key  string
+		dst  *int32
+		dflt int32
+	}{{"NODELET_PORT", &e.NodeletPort, 10250}, {"NODELET_HEALTHZ_PORT", &e.NodeletHealthzPort, 10248}} {
+		*p.dst = p.dflt
+		if v := all[p.key]; v != "" {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("reading rig env %s: %s: %w", path, p.key, err)
+			}
+			*p.dst = int32(n)
+		}
 	}
 	if e.NodeletRootBase == "" {
 		e.NodeletRootBase = e.RigDir + "/nodelet"

@@ -17,6 +17,7 @@ func TestParseRigEnvFile(t *testing.T) {
 		"CONTAINER_RUNTIME_ENDPOINT=unix:///r/run/containerd.sock",
 		"BUSYBOX_IMAGE=nodelet.local/busybox:latest",
 		"export EXTRA='x=y'",
+		"NODELET_PORT=11250",
 		"",
 	}, "\n")
 	tests := []struct {
@@ -35,6 +36,9 @@ func TestParseRigEnvFile(t *testing.T) {
 				if e.All["EXTRA"] != "x=y" {
 					t.Errorf("EXTRA = %q, want x=y", e.All["EXTRA"])
 				}
+				if e.NodeletPort != 11250 || e.NodeletHealthzPort != 10248 {
+					t.Errorf("ports = %d/%d, want 11250 and the default 10248", e.NodeletPort, e.NodeletHealthzPort)
+				}
 				if e.NodeletRootBase != "/r/nodelet" {
 					t.Errorf("NodeletRootBase default = %q", e.NodeletRootBase)
 				}
@@ -42,6 +46,7 @@ func TestParseRigEnvFile(t *testing.T) {
 		},
 		{name: "missing keys", content: "RIG_DIR=/r\n", wantErr: "missing"},
 		{name: "not key value", content: full + "garbage\n", wantErr: "not KEY=value"},
+		{name: "bad port", content: full + "NODELET_HEALTHZ_PORT=x\n", wantErr: "NODELET_HEALTHZ_PORT"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,7 +99,8 @@ func DefaultKubeletConfiguration(env *RigEnv, dir string) *kubeletconfigv1beta1.
 		// The rig's host has cgroup v1 (hybrid) and cannot have v2; upstream refuses v1 by default.
 		FailCgroupV1:       ptr.To(false),
 		HealthzBindAddress: "127.0.0.1",
-		HealthzPort:        ptr.To[int32](10248),
+		HealthzPort:        ptr.To(env.NodeletHealthzPort),
+		Port:               env.NodeletPort,
 		ReadOnlyPort:       0,
 		TLSCertFile:        env.KubeletServingCert,
 		TLSPrivateKeyFile:  env.KubeletServingKey,

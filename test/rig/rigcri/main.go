@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ func main() {
 	endpoint := flag.String("endpoint", "unix:///var/lib/nodelet-rig/run/containerd.sock", "CRI endpoint")
 	image := flag.String("image", "nodelet.local/busybox:latest", "image for smoke")
 	timeout := flag.Duration("timeout", 60*time.Second, "overall timeout")
+	podCIDR := flag.String("pod-cidr", "10.244.0.0/24", "for smoke: the range the CNI pod's IP must be in")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: rigcri [-endpoint E] version|images|ps|cleanup|smoke")
@@ -33,13 +35,13 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *endpoint, flag.Arg(0), *image); err != nil {
+	if err := run(ctx, *endpoint, flag.Arg(0), *image, *podCIDR); err != nil {
 		fmt.Fprintf(os.Stderr, "rigcri %s: %v\n", flag.Arg(0), err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, endpoint, cmd, image string) error {
+func run(ctx context.Context, endpoint, cmd, image, podCIDR string) error {
 	c, err := framework.DialCRI(endpoint)
 	if err != nil {
 		return err
@@ -80,7 +82,7 @@ func run(ctx context.Context, endpoint, cmd, image string) error {
 		}
 		fmt.Printf("removed %d pod sandboxes\n", n)
 	case "smoke":
-		return smoke(ctx, c, image)
+		return smoke(ctx, c, image, podCIDR)
 	default:
 		return fmt.Errorf("unknown command %q", cmd)
 	}
@@ -88,7 +90,11 @@ func run(ctx context.Context, endpoint, cmd, image string) error {
 }
 
 // smoke runs a host-network and a CNI-network pod and checks each container's output.
-func smoke(ctx context.Context, c *framework.CRIClient, image string) error {
+func smoke(ctx context.Context, c *framework.CRIClient, image, podCIDR string) error {
+	_, podNet, err := net.ParseCIDR(podCIDR)
+	if err != nil {
+		return fmt.Errorf("parsing -pod-cidr: %w", err)
+	}
 	logDir, err := os.MkdirTemp("", "rigcri-smoke-")
 	if err != nil {
 		return fmt.Errorf("creating log dir: %w", err)
@@ -137,8 +143,8 @@ func smoke(ctx context.Context, c *framework.CRIClient, image string) error {
 		if st.ExitCode != 0 || !strings.Contains(string(logb), "hello-from-") {
 			return fmt.Errorf("%s: exit code %d, log %q", name, st.ExitCode, logb)
 		}
-		if !hostNet && !strings.HasPrefix(ip, "10.244.0.") {
-			return fmt.Errorf("%s: pod IP %q is not from the rig's CNI range 10.244.0.0/24", name, ip)
+		if !hostNet && !podNet.Contains(net.ParseIP(ip)) {
+			return fmt.Errorf("%s: pod IP %q is not from the rig's CNI range %s", name, ip, podNet)
 		}
 		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
 			return fmt.Errorf("stopping sandbox: %w", err)

@@ -874,3 +874,29 @@ func TestHeartbeatClientCarriesStatusAndLease(t *testing.T) {
 		t.Errorf("heartbeat client actions = %v, want %v", verbs, want)
 	}
 }
+
+func TestSwapStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		swap uint64
+		want *v1.NodeSwapStatus
+	}{
+		{name: "no swap: no swap status (zero is invalid in the API)", swap: 0, want: nil},
+		{name: "swap on", swap: 1 << 30, want: &v1.NodeSwapStatus{Capacity: ptr.To(gi)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testMachine()
+			m.SwapCapacity = tc.swap
+			c, err := New(nil, nil, Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}, nil, nil, nil, WithMachineInfo(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{Swap: &v1.NodeSwapStatus{Capacity: ptr.To(int64(7))}}}}
+			c.setNodeStatus(context.Background(), n)
+			if !reflect.DeepEqual(n.Status.NodeInfo.Swap, tc.want) {
+				t.Errorf("swap = %v, want %v", n.Status.NodeInfo.Swap, tc.want)
+			}
+		})
+	}
+}

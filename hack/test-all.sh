@@ -17,6 +17,8 @@ T0=$SECONDS
 STEP=""
 STEP_T0=$SECONDS
 declare -a SUMMARY=()
+BOLD="" PLAIN=""
+if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; fi
 
 end_step() {
 	if [[ -n "$STEP" ]]; then
@@ -27,7 +29,7 @@ section() {
 	end_step
 	STEP=$1
 	STEP_T0=$SECONDS
-	printf '\n\033[1m===== [%s +%ds] %s =====\033[0m\n' "$(date -u +%H:%M:%S)" $((SECONDS - T0)) "$STEP"
+	printf '\n%s===== [%s +%ds] %s =====%s\n' "$BOLD" "$(date -u +%H:%M:%S)" $((SECONDS - T0)) "$STEP" "$PLAIN"
 }
 
 RIG_STARTED=0

@@ -39,6 +39,8 @@ const (
 	maxBackoff                   = 7 * time.Second
 	runtimeAPIVersion            = "0.1.0"
 	nodeLeaseNamespace           = "kube-node-lease"
+	nodeReadyGracePeriod         = 120 * time.Second
+	fastReadyPollPeriod          = 100 * time.Millisecond
 )
 
 // Config is what the controller needs from the command line and the KubeletConfiguration.
@@ -275,7 +277,8 @@ func (c *Controller) TriggerStatusUpdate() {
 }
 
 // Run runs the status loop and the lease loop until ctx is done. It registers the Node first
-// if Register has not succeeded yet. Without a client it only waits for ctx.
+// if Register has not succeeded yet. For the first two minutes it also polls readiness every
+// 100ms and reports the node Ready as soon as it is. Without a client it only waits for ctx.
 func (c *Controller) Run(ctx context.Context) {
 	if c.client == nil {
 		<-ctx.Done()
@@ -284,6 +287,7 @@ func (c *Controller) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.runLease(ctx) })
 	wg.Go(func() { c.runStatus(ctx) })
+	wg.Go(func() { c.runFastReadyUpdate(ctx) })
 	wg.Wait()
 }
 
@@ -303,6 +307,21 @@ func (c *Controller) runStatus(ctx context.Context) {
 		case <-c.trigger:
 			t.Stop()
 		case <-t.C():
+		}
+	}
+}
+
+// runFastReadyUpdate watches readiness closely during startup, as upstream does, so the
+// node turns Ready as soon as it is, not up to nodeStatusUpdateFrequency later.
+func (c *Controller) runFastReadyUpdate(ctx context.Context) {
+	deadline := c.clk.Now().Add(nodeReadyGracePeriod)
+	for c.clk.Now().Before(deadline) {
+		if c.ready == nil || len(c.ready()) == 0 {
+			c.TriggerStatusUpdate()
+			return
+		}
+		if !c.sleep(ctx, fastReadyPollPeriod) {
+			return
 		}
 	}
 }

@@ -900,3 +900,27 @@ func TestSwapStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestRunReportsReadyFastAtStartup: a node that starts not ready is reported Ready within the
+// fast poll period once it is, without waiting for nodeStatusUpdateFrequency.
+func TestRunReportsReadyFastAtStartup(t *testing.T) {
+	h := newHarness(t, nil)
+	h.ready.set("container runtime is down")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	eventually(t, "registered NotReady", func() bool { return h.c.Node() != nil })
+	if c := condition(h.node(t), v1.NodeReady); c.Status != v1.ConditionFalse {
+		t.Fatalf("Ready = %s at start, want False", c.Status)
+	}
+	// status, lease and the fast readiness poll all wait on the clock.
+	eventually(t, "three loops waiting", func() bool { return h.clk.Waiters() == 3 })
+	h.ready.set()
+	h.clk.Step(fastReadyPollPeriod)
+	eventually(t, "Ready reported", func() bool { return condition(h.node(t), v1.NodeReady).Status == v1.ConditionTrue })
+	if since := h.clk.Since(testNow); since >= 10*time.Second {
+		t.Errorf("Ready reported after %v, want within the fast poll", since)
+	}
+}

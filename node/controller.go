@@ -68,6 +68,12 @@ type ImageLister interface {
 	ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error)
 }
 
+// RuntimeStatuser is the part of the CRI runtime service that reports runtime handlers and
+// features.
+type RuntimeStatuser interface {
+	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
+}
+
 // ReadinessFunc returns the reasons the node is not ready (PLEG unhealthy, runtime down,
 // shutting down, ...); none means ready.
 type ReadinessFunc func() []string
@@ -92,6 +98,10 @@ func WithEventRecorder(r record.EventRecorder) Option { return func(c *Controlle
 // nodeStatusMaxImages).
 func WithImageLister(l ImageLister) Option { return func(c *Controller) { c.images = l } }
 
+// WithRuntimeStatus reports the runtime's handlers (status.runtimeHandlers) and features
+// (status.features.supplementalGroupsPolicy) from CRI Status.
+func WithRuntimeStatus(s RuntimeStatuser) Option { return func(c *Controller) { c.runtimeStatus = s } }
+
 // WithMachineInfo uses the given machine facts instead of reading the host.
 func WithMachineInfo(mi MachineInfo) Option {
 	return func(c *Controller) { c.machine = mi; c.machineSet = true }
@@ -114,6 +124,7 @@ type Controller struct {
 	pressure           func() Pressure
 	recorder           record.EventRecorder
 	images             ImageLister
+	runtimeStatus      RuntimeStatuser
 	onHeartbeatFailure func()
 
 	machine               MachineInfo

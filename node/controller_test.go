@@ -924,3 +924,65 @@ func TestRunReportsReadyFastAtStartup(t *testing.T) {
 		t.Errorf("Ready reported after %v, want within the fast poll", since)
 	}
 }
+
+type fakeStatuser struct {
+	resp *runtimeapi.StatusResponse
+	err  error
+}
+
+func (f *fakeStatuser) Status(context.Context, bool) (*runtimeapi.StatusResponse, error) {
+	return f.resp, f.err
+}
+
+func TestRuntimeHandlersAndFeatures(t *testing.T) {
+	prev := []v1.NodeRuntimeHandler{{Name: "old"}}
+	tests := []struct {
+		name         string
+		st           *fakeStatuser
+		wantHandlers []v1.NodeRuntimeHandler
+		wantFeatures *v1.NodeFeatures
+	}{
+		{
+			name: "handlers and features from CRI",
+			st: &fakeStatuser{resp: &runtimeapi.StatusResponse{
+				RuntimeHandlers: []*runtimeapi.RuntimeHandler{
+					{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: true, UserNamespaces: true}},
+					{Name: "crun"},
+				},
+				Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
+			}},
+			wantHandlers: []v1.NodeRuntimeHandler{
+				{Name: "", Features: &v1.NodeRuntimeHandlerFeatures{RecursiveReadOnlyMounts: ptr.To(true), UserNamespaces: ptr.To(true)}},
+				{Name: "crun", Features: &v1.NodeRuntimeHandlerFeatures{RecursiveReadOnlyMounts: ptr.To(false), UserNamespaces: ptr.To(false)}},
+			},
+			wantFeatures: &v1.NodeFeatures{SupplementalGroupsPolicy: ptr.To(true)},
+		},
+		{
+			name:         "old runtime without handlers or features (containerd 1.6)",
+			st:           &fakeStatuser{resp: &runtimeapi.StatusResponse{}},
+			wantFeatures: &v1.NodeFeatures{SupplementalGroupsPolicy: ptr.To(false)},
+		},
+		{
+			name:         "error keeps the previous values",
+			st:           &fakeStatuser{err: errors.New("down")},
+			wantHandlers: prev,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
+			c, err := New(nil, nil, cfg, nil, nil, nil, WithMachineInfo(testMachine()), WithRuntimeStatus(tc.st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &v1.Node{Status: v1.NodeStatus{RuntimeHandlers: prev}}
+			c.setNodeStatus(context.Background(), n)
+			if !reflect.DeepEqual(n.Status.RuntimeHandlers, tc.wantHandlers) {
+				t.Errorf("runtimeHandlers = %+v, want %+v", n.Status.RuntimeHandlers, tc.wantHandlers)
+			}
+			if !reflect.DeepEqual(n.Status.Features, tc.wantFeatures) {
+				t.Errorf("features = %+v, want %+v", n.Status.Features, tc.wantFeatures)
+			}
+		})
+	}
+}

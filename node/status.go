@@ -90,6 +90,10 @@ func (c *Controller) setNodeStatus(ctx context.Context, node *v1.Node) []conditi
 		}
 	}
 
+	if c.runtimeStatus != nil {
+		c.setRuntimeFeatures(ctx, st)
+	}
+
 	var p Pressure
 	if c.pressure != nil {
 		p = c.pressure()
@@ -219,6 +223,28 @@ func (c *Controller) nodeImages(ctx context.Context) ([]v1.ContainerImage, error
 		out = append(out, v1.ContainerImage{Names: names, SizeBytes: int64(img.GetSize())})
 	}
 	return out, nil
+}
+
+// setRuntimeFeatures copies the runtime handlers and features from CRI Status; on error the
+// previous values stay.
+func (c *Controller) setRuntimeFeatures(ctx context.Context, st *v1.NodeStatus) {
+	resp, err := c.runtimeStatus.Status(ctx, false)
+	if err != nil {
+		klog.ErrorS(err, "Unable to get the runtime status for node status; keeping the previous handlers", "node", c.cfg.NodeName)
+		return
+	}
+	var handlers []v1.NodeRuntimeHandler
+	for _, h := range resp.GetRuntimeHandlers() {
+		rro := h.GetFeatures().GetRecursiveReadOnlyMounts()
+		userns := h.GetFeatures().GetUserNamespaces()
+		handlers = append(handlers, v1.NodeRuntimeHandler{
+			Name:     h.GetName(),
+			Features: &v1.NodeRuntimeHandlerFeatures{RecursiveReadOnlyMounts: &rro, UserNamespaces: &userns},
+		})
+	}
+	st.RuntimeHandlers = handlers
+	sgp := resp.GetFeatures().GetSupplementalGroupsPolicy()
+	st.Features = &v1.NodeFeatures{SupplementalGroupsPolicy: &sgp}
 }
 
 // statusChanged compares two statuses ignoring the conditions' heartbeat times.

@@ -22,15 +22,22 @@ const (
 	controllerAttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 )
 
-// defaultLabels are the labels this agent owns and reconciles on an existing Node.
+// defaultLabels are the labels this agent owns and reconciles on an existing Node. As
+// upstream, a --node-labels entry for one of these keys overrides the computed value.
 func (c *Controller) defaultLabels() map[string]string {
-	return map[string]string{
+	labels := map[string]string{
 		v1.LabelHostname:   c.cfg.Hostname,
 		v1.LabelOSStable:   runtime.GOOS,
 		v1.LabelArchStable: runtime.GOARCH,
 		betaLabelOS:        runtime.GOOS,
 		betaLabelArch:      runtime.GOARCH,
 	}
+	for k := range labels {
+		if v, ok := c.cfg.Labels[k]; ok {
+			labels[k] = v
+		}
+	}
+	return labels
 }
 
 // initialNode is the Node this agent would create: labels, taints, providerID and status.

@@ -133,7 +133,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
 		}
 		return reasons
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt))
+	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt))
 	if err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}

@@ -125,8 +125,12 @@ func TestNodeRegistrationAndLease(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
+		if err != nil {
+			return false, err
+		}
 		first = l
-		return err == nil, err
+		// The owner reference is added once the Node's UID is known.
+		return len(l.OwnerReferences) == 1, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -129,6 +129,8 @@ type Result struct {
 	RequeueAfter time.Duration
 	// InitFailed means the pod failed for good (init container under restartPolicy Never).
 	InitFailed bool
+	// Changed means the sync acted on the runtime (created, started or stopped something).
+	Changed bool
 }
 
 // SyncPod drives the runtime one step toward pod's spec.
@@ -146,11 +148,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if err := m.KillPod(ctx, pod, st, nil); err != nil {
 			return res, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
 		}
+		res.Changed = true
 		if !acts.CreateSandbox {
 			return res, nil
 		}
 	}
 	for id, reason := range acts.KillContainers {
+		res.Changed = true
 		logger.Info("Stopping container", "containerID", id, "reason", reason)
 		if err := m.rt.StopContainer(ctx, id, gracePeriod(pod, nil)); err != nil && !isNotFound(err) {
 			return res, fmt.Errorf("stopping container %s (%s): %w", id, reason, err)
@@ -190,6 +194,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 			return res, fmt.Errorf("creating pod sandbox: %w", err)
 		}
 		sandboxID = id
+		res.Changed = true
 		logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
 		resp, err := m.rt.PodSandboxStatus(ctx, id, false)
 		if err != nil {
@@ -206,6 +211,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 
 	start := func(c *v1.Container, isInit bool) error {
 		w, err := m.startContainer(ctx, pod, st, c, sandboxID, sbCfg, vols, podIPs)
+		if w == nil && err == nil {
+			res.Changed = true
+		}
 		if w != nil {
 			res.Waiting[c.Name] = *w
 			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {

@@ -48,6 +48,9 @@ type Cache interface {
 type PLEG interface {
 	Watch() <-chan *pleg.Event
 	Pods() []*pleg.PodStatus
+	// Relist lists the runtime now; the loop asks for it right after a sync changed
+	// something, so a started pod is seen running without waiting for the period.
+	Relist(ctx context.Context)
 }
 
 // StatusManager keeps pod statuses and reports them.
@@ -109,6 +112,7 @@ type Loop struct {
 	iterMu    sync.Mutex
 	metrics   *metrics
 	workersWG sync.WaitGroup
+	relistNow chan struct{}
 }
 
 // New returns a loop; call Run.
@@ -130,10 +134,11 @@ func New(cfg Config, deps Deps) *Loop {
 	}
 	return &Loop{
 		cfg: cfg, deps: deps,
-		pods:    map[types.UID]*v1.Pod{},
-		workers: map[types.UID]*worker{},
-		synced:  make(chan struct{}),
-		metrics: newMetrics(deps.Registerer),
+		pods:      map[types.UID]*v1.Pod{},
+		workers:   map[types.UID]*worker{},
+		synced:    make(chan struct{}),
+		metrics:   newMetrics(deps.Registerer),
+		relistNow: make(chan struct{}, 1),
 	}
 }
 
@@ -170,6 +175,11 @@ func (l *Loop) Run(ctx context.Context) {
 	updates := l.deps.Sources.Updates()
 	events := l.deps.PLEG.Watch()
 	logger.Info("Starting sync loop")
+	l.workersWG.Add(1)
+	go func() {
+		defer l.workersWG.Done()
+		l.fastRelists(ctx)
+	}()
 	for {
 		l.iterMu.Lock()
 		l.lastIter = l.deps.Clock.Now()
@@ -400,6 +410,33 @@ func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bo
 		if err := os.RemoveAll(filepath.Join(l.cfg.RootDir, "pods", string(uid))); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing orphaned pod directory", "podUID", uid)
 		}
+	}
+}
+
+// requestRelist asks for a relist soon; requests coalesce.
+func (l *Loop) requestRelist() {
+	select {
+	case l.relistNow <- struct{}{}:
+	default:
+	}
+}
+
+// fastRelists runs the relists workers ask for, at most one every 50ms, so a burst
+// of pod starts costs a few relists rather than one per pod.
+func (l *Loop) fastRelists(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.relistNow:
+		}
+		// Let the runtime's own state settle (a started container shows as running).
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.deps.Clock.After(50 * time.Millisecond):
+		}
+		l.deps.PLEG.Relist(ctx)
 	}
 }
 

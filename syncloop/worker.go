@@ -225,6 +225,9 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		}
 		res, err := l.deps.Runtime.SyncPod(ctx, pod, st)
 		w.lastSync = l.deps.Clock.Now()
+		if res.Changed {
+			l.requestRelist()
+		}
 		if changedWaiting(w.waiting, res.Waiting) {
 			w.waiting = res.Waiting
 			l.deps.Status.SetPodStatus(pod, l.generate(pod, st, status, w.waiting, false))
@@ -252,6 +255,7 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		}
 		killed := l.deps.Clock.Now()
 		w.lastSync = killed
+		l.requestRelist()
 		st = l.statusFor(ctx, w.uid, killed)
 		if anyRunning(st) {
 			w.requeue(l.deps.Clock.Now().Add(time.Second))

@@ -1,0 +1,209 @@
+package eviction
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// DefaultMonitoringInterval is upstream's evictionMonitoringPeriod.
+const DefaultMonitoringInterval = 10 * time.Second
+
+// StatsProvider returns fresh node and pod stats.
+type StatsProvider interface {
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// NodeReclaimer frees node-level disk resources before pods are evicted.
+type NodeReclaimer interface {
+	// DeleteUnusedImages removes every image GC may remove.
+	DeleteUnusedImages(ctx context.Context) error
+	// DeleteAllUnusedContainers removes every dead container GC may remove.
+	DeleteAllUnusedContainers(ctx context.Context) error
+}
+
+// PodKiller stops a pod and records the given status for it.
+type PodKiller interface {
+	EvictPod(ctx context.Context, pod *v1.Pod, gracePeriodSeconds int64, status v1.PodStatus) error
+}
+
+// EventRecorder is the subset of client-go's record.EventRecorder used here.
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+	AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any)
+}
+
+// Config is the eviction manager's configuration.
+type Config struct {
+	Thresholds               []Threshold
+	PressureTransitionPeriod time.Duration // ≤ 0: 5m
+	MaxPodGracePeriodSeconds int64
+	MonitoringInterval       time.Duration // ≤ 0: 10s
+	// NodeRef is the object node-level events are recorded on.
+	NodeRef *v1.ObjectReference
+}
+
+// Manager runs the eviction cycle every MonitoringInterval and answers
+// admission and pressure queries from the last cycle.
+type Manager struct {
+	cfg        Config
+	clock      clock.WithTicker
+	stats      StatsProvider
+	reclaimer  NodeReclaimer
+	killer     PodKiller
+	activePods func() []*v1.Pod
+	recorder   EventRecorder
+
+	syncMu  sync.Mutex // serialises synchronize; guards tracker
+	tracker *Tracker
+
+	mu         sync.RWMutex
+	conditions []v1.NodeConditionType
+}
+
+// NewManager wires a Manager. recorder may be nil.
+func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer NodeReclaimer, killer PodKiller, activePods func() []*v1.Pod, recorder EventRecorder) *Manager {
+	if cfg.MonitoringInterval <= 0 {
+		cfg.MonitoringInterval = DefaultMonitoringInterval
+	}
+	return &Manager{
+		cfg:        cfg,
+		clock:      clk,
+		stats:      stats,
+		reclaimer:  reclaimer,
+		killer:     killer,
+		activePods: activePods,
+		recorder:   recorder,
+		tracker:    NewTracker(clk, cfg.PressureTransitionPeriod),
+	}
+}
+
+// Run synchronizes every MonitoringInterval until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	t := m.clock.NewTicker(m.cfg.MonitoringInterval)
+	defer t.Stop()
+	for {
+		if _, err := m.Synchronize(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Eviction manager: synchronize failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// Conditions returns the pressure conditions to report on the node.
+func (m *Manager) Conditions() []v1.NodeConditionType {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return append([]v1.NodeConditionType(nil), m.conditions...)
+}
+
+// HasCondition reports whether c is currently reported.
+func (m *Manager) HasCondition(c v1.NodeConditionType) bool {
+	for _, have := range m.Conditions() {
+		if have == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Admit applies the admission rule to pod with the current conditions.
+func (m *Manager) Admit(pod *v1.Pod) AdmitResult { return Admit(pod, m.Conditions()) }
+
+// Synchronize runs one eviction cycle and returns what it decided.
+func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	if len(m.cfg.Thresholds) == 0 {
+		return Decision{Explanation: "no thresholds configured"}, nil
+	}
+	stats, err := m.stats.Stats(ctx)
+	if err != nil {
+		return Decision{}, fmt.Errorf("getting stats for the eviction cycle: %w", err)
+	}
+	obs := Observe(stats)
+	res := m.tracker.Update(m.cfg.Thresholds, obs)
+	m.mu.Lock()
+	m.conditions = res.Conditions
+	m.mu.Unlock()
+
+	in := DecideInput{
+		Active:                   res.Active,
+		Observations:             obs,
+		Stats:                    stats,
+		Pods:                     m.activePods(),
+		MaxPodGracePeriodSeconds: m.cfg.MaxPodGracePeriodSeconds,
+		Now:                      m.clock.Now(),
+	}
+	d := Decide(in)
+	if d.Threshold == nil {
+		return d, nil
+	}
+	res0 := signalResource(d.Threshold.Signal)
+	if len(d.Reclaim) > 0 {
+		m.nodeEvent(v1.EventTypeWarning, "EvictionThresholdMet", "Attempting to reclaim %s", res0)
+		klog.InfoS("Eviction manager: reclaiming node-level resources", "explanation", d.Explanation)
+		m.reclaim(ctx, d.Reclaim)
+		stats, err = m.stats.Stats(ctx)
+		if err != nil {
+			return d, fmt.Errorf("getting stats after node-level reclaim: %w", err)
+		}
+		obs = Observe(stats)
+		still := ThresholdsMet(res.Active, obs, true)
+		if len(still) == 0 {
+			klog.InfoS("Eviction manager: node-level reclaim relieved pressure, no eviction", "signal", d.Threshold.Signal)
+			return Decision{Threshold: d.Threshold, Reclaim: d.Reclaim,
+				Explanation: d.Explanation + "; node-level reclaim was enough, no pod evicted"}, nil
+		}
+		in.Active, in.Observations, in.Stats, in.ReclaimAttempted = still, obs, stats, true
+		reclaimed := d.Reclaim
+		d = Decide(in)
+		d.Reclaim = reclaimed
+	} else {
+		m.nodeEvent(v1.EventTypeWarning, "EvictionThresholdMet", "Attempting to reclaim %s", res0)
+	}
+	if d.Victim == nil {
+		klog.InfoS("Eviction manager: unable to evict any pod", "explanation", d.Explanation)
+		return d, nil
+	}
+	klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(d.Victim.Pod), "signal", d.Threshold.Signal,
+		"observed", d.Observed.Available.String(), "gracePeriod", d.GracePeriodSeconds, "explanation", d.Explanation)
+	if m.recorder != nil {
+		m.recorder.AnnotatedEventf(d.Victim.Pod, d.EventAnnotations, v1.EventTypeWarning, Reason, "%s", d.Status.Message)
+	}
+	if err := m.killer.EvictPod(ctx, d.Victim.Pod, d.GracePeriodSeconds, d.Status); err != nil {
+		return d, fmt.Errorf("evicting pod %s: %w", podKey(d.Victim.Pod), err)
+	}
+	return d, nil
+}
+
+func (m *Manager) reclaim(ctx context.Context, kinds []ReclaimKind) {
+	for _, k := range kinds {
+		var err error
+		switch k {
+		case ReclaimContainers:
+			err = m.reclaimer.DeleteAllUnusedContainers(ctx)
+		case ReclaimImages:
+			err = m.reclaimer.DeleteUnusedImages(ctx)
+		}
+		if err != nil {
+			klog.ErrorS(err, "Eviction manager: node-level reclaim failed", "reclaim", k)
+		}
+	}
+}
+
+func (m *Manager) nodeEvent(eventtype, reason, format string, args ...any) {
+	if m.recorder != nil && m.cfg.NodeRef != nil {
+		m.recorder.Eventf(m.cfg.NodeRef, eventtype, reason, format, args...)
+	}
+}

@@ -172,7 +172,7 @@ logind InhibitDelayMaxSec: UNKNOWN: logind could not be asked; without it nodele
 		},
 		{
 			name: "feature off", plan: nil, ok: false,
-			want: `STEP  PRIORITY>=  GROUP GRACE  POD                                                          POD PRIORITY  POD GRACE
+			want: `STEP  PRIORITY>=  GROUP GRACE  POD                                                           POD PRIORITY  POD GRACE
 -     -           -            (graceful node shutdown is off: no grace periods configured)                
 total grace (all groups): 0s
 worst case for these pods: 0s

@@ -118,13 +118,17 @@ func rankBy(cs []Candidate, less func(a, b Candidate) int) {
 }
 
 func usageRequestRank(a, b Candidate) int {
+	// Pods without stats first, as upstream.
+	if r := cmpBoolFirst(a.Stats == nil, b.Stats == nil); r != 0 {
+		return r
+	}
 	if r := cmpBoolFirst(a.exceeds(), b.exceeds()); r != 0 {
 		return r
 	}
 	if r := cmp.Compare(podPriority(a.Pod), podPriority(b.Pod)); r != 0 {
 		return r
 	}
-	// Pods without stats compare equal here; otherwise more over-request first.
+	// More usage above request first.
 	return cmp.Compare(b.overRequest(), a.overRequest())
 }
 

@@ -56,7 +56,10 @@ func (v ThresholdValue) String() string {
 	if v.Quantity != nil {
 		return v.Quantity.String()
 	}
-	return strconv.FormatFloat(float64(v.Percentage*100), 'f', -1, 32) + "%"
+	// float32 percentages are not exact: print at most 4 decimals.
+	p := strconv.FormatFloat(float64(v.Percentage)*100, 'f', 4, 64)
+	p = strings.TrimRight(strings.TrimRight(p, "0"), ".")
+	return p + "%"
 }
 
 // Resolve returns the value as a quantity for the given capacity.

@@ -23,16 +23,20 @@ import (
 
 func isNotFound(err error) bool { return cri.IsNotFound(err) }
 
-// Paths the runtime hides or makes read-only in unprivileged containers, as the
-// upstream kubelet asks for them.
-var (
-	defaultMaskedPaths = []string{
+// defaultMaskedPaths and defaultReadonlyPaths are the paths the runtime hides or
+// makes read-only in unprivileged containers, as the upstream kubelet asks for them.
+// Functions, not variables: each container config gets its own slice.
+func defaultMaskedPaths() []string {
+	return []string{
 		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
 		"/sys/firmware", "/sys/devices/virtual/powercap",
 	}
-	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
+}
+
+func defaultReadonlyPaths() []string {
+	return []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+}
 
 // startContainer pulls, creates and starts one container. A non-nil Waiting says
 // why it could not start; the error is for the sync's caller.
@@ -261,8 +265,8 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 
 	sc := &runtimeapi.LinuxContainerSecurityContext{
 		NamespaceOptions: sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
-		MaskedPaths:      defaultMaskedPaths,
-		ReadonlyPaths:    defaultReadonlyPaths,
+		MaskedPaths:      defaultMaskedPaths(),
+		ReadonlyPaths:    defaultReadonlyPaths(),
 	}
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		if psc.RunAsUser != nil {

@@ -1,0 +1,8 @@
+// Package cgroups holds nodelet's cgroup logic: host mode detection (v1, hybrid,
+// v2), QoS/pod cgroup names per driver, the cgroup driver check against the
+// runtime, per-container CRI resources (cpu, memory, oom_score_adj, swap), the
+// swap start-up check, and a cgroupfs-driver manager for the QoS and pod cgroups.
+//
+// Everything that touches the filesystem takes a root path so it can be tested on
+// temp-dir trees shaped like /sys/fs/cgroup.
+package cgroups

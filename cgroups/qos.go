@@ -1,0 +1,182 @@
+package cgroups
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+const (
+	// MinShares and MaxShares bound cpu.shares (v1 kernel limits).
+	MinShares = 2
+	MaxShares = 262144
+
+	sharesPerCPU  = 1024
+	milliCPUToCPU = 1000
+	// MinQuotaPeriod is the smallest CFS quota the kernel takes, in microseconds.
+	MinQuotaPeriod = 1000
+	// DefaultCFSPeriod is the kernel's default cpu.cfs_period_us (100ms).
+	DefaultCFSPeriod = 100000
+
+	// SystemCriticalPriority is the lowest priority of system-critical pods.
+	SystemCriticalPriority int32 = 2000000000
+	// SystemNodeCritical is the priority class whose pods the OOM killer spares most.
+	SystemNodeCritical = "system-node-critical"
+
+	annotationConfigSource = "kubernetes.io/config.source"
+	annotationConfigMirror = "kubernetes.io/config.mirror"
+	sourceAPIServer        = "api"
+)
+
+// QOSClass is the pod's QoS class as the API defines it: the status value when the
+// API server has set one, otherwise computed from the cpu and memory requests and
+// limits of the init and app containers.
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass
+	}
+	return ComputeQOSClass(pod)
+}
+
+// ComputeQOSClass computes the class from the spec alone: BestEffort without any
+// cpu/memory request or limit; Guaranteed when every container limits both cpu and
+// memory and the summed requests equal the summed limits for each; else Burstable.
+func ComputeQOSClass(pod *v1.Pod) v1.PodQOSClass {
+	requests := v1.ResourceList{}
+	limits := v1.ResourceList{}
+	guaranteed := true
+	add := func(l v1.ResourceList, name v1.ResourceName, q resource.Quantity) {
+		sum := l[name]
+		sum.Add(q)
+		l[name] = sum
+	}
+	all := append(append([]v1.Container{}, pod.Spec.Containers...), pod.Spec.InitContainers...)
+	for _, c := range all {
+		for name, q := range c.Resources.Requests {
+			if qosResource(name) && q.Sign() > 0 {
+				add(requests, name, q)
+			}
+		}
+		found := map[v1.ResourceName]bool{}
+		for name, q := range c.Resources.Limits {
+			if qosResource(name) && q.Sign() > 0 {
+				found[name] = true
+				add(limits, name, q)
+			}
+		}
+		if !found[v1.ResourceCPU] || !found[v1.ResourceMemory] {
+			guaranteed = false
+		}
+	}
+	if len(requests) == 0 && len(limits) == 0 {
+		return v1.PodQOSBestEffort
+	}
+	if guaranteed {
+		for name, req := range requests {
+			if lim, ok := limits[name]; !ok || lim.Cmp(req) != 0 {
+				guaranteed = false
+				break
+			}
+		}
+	}
+	if guaranteed && len(requests) == len(limits) {
+		return v1.PodQOSGuaranteed
+	}
+	return v1.PodQOSBurstable
+}
+
+func qosResource(n v1.ResourceName) bool { return n == v1.ResourceCPU || n == v1.ResourceMemory }
+
+// IsCriticalPod: static pods, mirror pods and pods with a system-critical priority.
+func IsCriticalPod(pod *v1.Pod) bool {
+	if src, ok := pod.Annotations[annotationConfigSource]; ok && src != sourceAPIServer {
+		return true
+	}
+	if _, ok := pod.Annotations[annotationConfigMirror]; ok {
+		return true
+	}
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority
+}
+
+// IsNodeCriticalPod: a critical pod of the system-node-critical priority class.
+func IsNodeCriticalPod(pod *v1.Pod) bool {
+	return IsCriticalPod(pod) && pod.Spec.PriorityClassName == SystemNodeCritical
+}
+
+// MilliCPUToShares converts a cpu request to cpu.shares (1024 per cpu, at least 2).
+func MilliCPUToShares(milliCPU int64) uint64 {
+	if milliCPU == 0 {
+		// No request: the minimum, so the cgroup still gets a little cpu.
+		return MinShares
+	}
+	shares := milliCPU * sharesPerCPU / milliCPUToCPU
+	if shares < MinShares {
+		return MinShares
+	}
+	if shares > MaxShares {
+		return MaxShares
+	}
+	return uint64(shares)
+}
+
+// MilliCPUToQuota converts a cpu limit to a CFS quota for period (µs); 0 without a
+// limit, at least MinQuotaPeriod with one.
+func MilliCPUToQuota(milliCPU, period int64) int64 {
+	if milliCPU == 0 {
+		return 0
+	}
+	quota := milliCPU * period / milliCPUToCPU
+	if quota < MinQuotaPeriod {
+		return MinQuotaPeriod
+	}
+	return quota
+}
+
+func isRestartableInit(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// podAggregate sums a resource list of the pod the way the scheduler does: app
+// containers and sidecars (restartable init containers) add up; an ordinary init
+// container counts only if it needs more than everything running beside it; pod
+// overhead is added. declared reports whether every app container and sidecar set
+// the resource (used for limits: one unlimited container leaves the pod unlimited).
+func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1.ResourceName) (total resource.Quantity, declared bool) {
+	declared = true
+	var sum resource.Quantity
+	for i := range pod.Spec.Containers {
+		q := list(&pod.Spec.Containers[i])[name]
+		if q.IsZero() {
+			declared = false
+		}
+		sum.Add(q)
+	}
+	var sidecars, maxInit resource.Quantity
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q := list(c)[name]
+		if isRestartableInit(c) {
+			if q.IsZero() {
+				declared = false
+			}
+			sidecars.Add(q)
+			continue
+		}
+		// An ordinary init container runs beside the sidecars started before it.
+		need := sidecars.DeepCopy()
+		need.Add(q)
+		if need.Cmp(maxInit) > 0 {
+			maxInit = need
+		}
+	}
+	sum.Add(sidecars)
+	if maxInit.Cmp(sum) > 0 {
+		sum = maxInit
+	}
+	if o, ok := pod.Spec.Overhead[name]; ok {
+		sum.Add(o)
+	}
+	return sum, declared
+}
+
+func requestsOf(c *v1.Container) v1.ResourceList { return c.Resources.Requests }
+func limitsOf(c *v1.Container) v1.ResourceList   { return c.Resources.Limits }

@@ -1,0 +1,266 @@
+package eviction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type fakeNode struct {
+	mu        sync.Mutex
+	stats     Stats
+	calls     int
+	reclaimed []string
+	// onReclaim changes the stats as a reclaim would.
+	onReclaim func(s *Stats)
+	evicted   []string
+	graces    []int64
+	statuses  []v1.PodStatus
+	events    []string
+	synced    chan struct{}
+	statsErr  error
+}
+
+func (f *fakeNode) Stats(context.Context) (Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.synced != nil {
+		select {
+		case f.synced <- struct{}{}:
+		default:
+		}
+	}
+	return f.stats, f.statsErr
+}
+
+func (f *fakeNode) DeleteUnusedImages(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reclaimed = append(f.reclaimed, "images")
+	if f.onReclaim != nil {
+		f.onReclaim(&f.stats)
+	}
+	return nil
+}
+
+func (f *fakeNode) DeleteAllUnusedContainers(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reclaimed = append(f.reclaimed, "containers")
+	return errors.New("runtime down") // logged, not fatal
+}
+
+func (f *fakeNode) EvictPod(_ context.Context, pod *v1.Pod, grace int64, st v1.PodStatus) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.evicted = append(f.evicted, pod.Name)
+	f.graces = append(f.graces, grace)
+	f.statuses = append(f.statuses, st)
+	return nil
+}
+
+func (f *fakeNode) Eventf(_ runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, reason+": "+fmt.Sprintf(messageFmt, args...))
+}
+
+func (f *fakeNode) AnnotatedEventf(o runtime.Object, ann map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	f.Eventf(o, eventtype, reason, messageFmt+" starved="+ann[AnnotationStarvedResource], args...)
+}
+
+func (f *fakeNode) setMemory(ws uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stats.MemoryCapacity, f.stats.MemoryWorkingSet = u(1000*mi), u(ws)
+}
+
+func TestManagerMemoryEvictionAndConditions(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	be := newPod("besteffort")
+	guaranteed := newPod("guaranteed", memReq("500Mi"))
+	node := &fakeNode{}
+	node.stats.Pods = []PodStats{memStats(be, 100*mi), memStats(guaranteed, 400*mi)}
+	node.setMemory(500 * mi)
+	m := NewManager(Config{
+		Thresholds:               mustParse(t, map[string]string{"memory.available": "<100Mi"}),
+		PressureTransitionPeriod: time.Minute,
+		NodeRef:                  &v1.ObjectReference{Kind: "Node", Name: "n1"},
+	}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{guaranteed, be} }, node)
+	ctx := context.Background()
+
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.evicted) != 0 || len(m.Conditions()) != 0 {
+		t.Fatalf("no pressure: evicted %v conditions %v", node.evicted, m.Conditions())
+	}
+	if r := m.Admit(be); !r.Admit {
+		t.Errorf("best effort refused without pressure: %+v", r)
+	}
+
+	node.setMemory(950 * mi)
+	clk.Step(10 * time.Second)
+	d, err := m.Synchronize(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(node.evicted) != 1 || node.evicted[0] != "besteffort" || node.graces[0] != 1 {
+		t.Fatalf("evicted %v graces %v, want besteffort with 1s; %s", node.evicted, node.graces, d.Explanation)
+	}
+	if len(node.reclaimed) != 0 {
+		t.Errorf("memory pressure ran node reclaim %v", node.reclaimed)
+	}
+	if node.statuses[0].Reason != "Evicted" || !strings.HasPrefix(node.statuses[0].Message, "The node was low on resource: memory.") {
+		t.Errorf("status %+v", node.statuses[0])
+	}
+	if !m.HasCondition(v1.NodeMemoryPressure) {
+		t.Error("MemoryPressure not reported")
+	}
+	if r := m.Admit(be); r.Admit {
+		t.Error("best effort admitted under memory pressure")
+	}
+	if r := m.Admit(guaranteed); !r.Admit {
+		t.Error("guaranteed refused under memory pressure")
+	}
+	wantEvents := []string{"EvictionThresholdMet: Attempting to reclaim memory", "Evicted: The node was low on resource: memory."}
+	for i, w := range wantEvents {
+		if i >= len(node.events) || !strings.HasPrefix(node.events[i], w) {
+			t.Errorf("events %q, want prefix %q at %d", node.events, w, i)
+		}
+	}
+
+	// Relieved: condition stays for the transition period, then clears.
+	node.setMemory(500 * mi)
+	clk.Step(50 * time.Second)
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !m.HasCondition(v1.NodeMemoryPressure) || len(node.evicted) != 1 {
+		t.Errorf("50s after: conditions %v evicted %v", m.Conditions(), node.evicted)
+	}
+	clk.Step(10 * time.Second)
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Conditions()) != 0 {
+		t.Errorf("60s after: conditions %v, want none", m.Conditions())
+	}
+}
+
+func diskNode(avail uint64) Stats {
+	return Stats{NodeFs: FsStats{CapacityBytes: u(1000), AvailableBytes: u(avail)}}
+}
+
+func TestManagerDiskReclaimFirst(t *testing.T) {
+	pod := newPod("writer")
+	tests := []struct {
+		name        string
+		afterGC     uint64
+		wantEvicted []string
+	}{
+		{"image GC enough: no eviction", 500, nil},
+		{"image GC not enough: evict", 60, []string{"writer"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			node := &fakeNode{stats: diskNode(50)}
+			node.stats.Pods = []PodStats{diskStats(pod, 100, 0, 300)}
+			node.onReclaim = func(s *Stats) { s.NodeFs.AvailableBytes = u(tc.afterGC) }
+			m := NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "<10%"})},
+				clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil)
+			d, err := m.Synchronize(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(node.reclaimed, ",") != "containers,images" {
+				t.Errorf("reclaimed %v, want containers,images", node.reclaimed)
+			}
+			if strings.Join(node.evicted, ",") != strings.Join(tc.wantEvicted, ",") {
+				t.Errorf("evicted %v, want %v; %s", node.evicted, tc.wantEvicted, d.Explanation)
+			}
+			if !m.HasCondition(v1.NodeDiskPressure) {
+				t.Error("DiskPressure not reported")
+			}
+			if r := m.Admit(newPod("new", memReq("1Mi"))); r.Admit || r.Message != "The node had condition: [DiskPressure]." {
+				t.Errorf("admission under disk pressure: %+v", r)
+			}
+		})
+	}
+}
+
+func TestManagerSoftGraceAndStatsError(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	pod := newPod("p")
+	node := &fakeNode{}
+	node.stats.Pods = []PodStats{memStats(pod, 100*mi)}
+	node.setMemory(950 * mi)
+	th, err := ParseThresholds(nil, map[string]string{"memory.available": "<100Mi"}, map[string]string{"memory.available": "30s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Config{Thresholds: th, MaxPodGracePeriodSeconds: 5}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := m.Synchronize(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(10 * time.Second)
+	}
+	if len(node.evicted) != 0 {
+		t.Fatalf("evicted %v before the 30s grace period", node.evicted)
+	}
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.evicted) != 1 || node.graces[0] != 5 {
+		t.Fatalf("evicted %v graces %v, want one with 5s", node.evicted, node.graces)
+	}
+	node.statsErr = errors.New("cadvisor gone")
+	if _, err := m.Synchronize(ctx); err == nil || !strings.Contains(err.Error(), "cadvisor gone") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestManagerRunTicks(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	node := &fakeNode{synced: make(chan struct{}, 1)}
+	node.setMemory(100 * mi)
+	m := NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"})},
+		clk, node, node, node, func() []*v1.Pod { return nil }, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	wait := func(what string) {
+		select {
+		case <-node.synced:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no synchronize %s", what)
+		}
+	}
+	wait("at start")
+	for i := 0; i < 2; i++ {
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(DefaultMonitoringInterval)
+		wait(fmt.Sprintf("after tick %d", i+1))
+	}
+	cancel()
+	<-done
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if node.calls != 3 {
+		t.Errorf("stats read %d times, want 3", node.calls)
+	}
+}

@@ -1,0 +1,154 @@
+package podruntime
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/cri"
+)
+
+func TestDNSConfig(t *testing.T) {
+	dir := t.TempDir()
+	resolv := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		clusterDNS []string
+		pod        func(*v1.Pod)
+		want       *runtimeapi.DNSConfig
+	}{
+		{
+			name: "ClusterFirst", clusterDNS: []string{"10.96.0.10"},
+			want: &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}, Options: []string{"ndots:5"}},
+		},
+		{
+			name: "ClusterFirst on the host network uses the host's resolver", clusterDNS: []string{"10.96.0.10"},
+			pod:  func(p *v1.Pod) { p.Spec.HostNetwork = true },
+			want: &runtimeapi.DNSConfig{Servers: []string{"192.0.2.53"}, Searches: []string{"corp.example"}, Options: []string{"edns0"}},
+		},
+		{
+			name: "ClusterFirstWithHostNet keeps cluster DNS", clusterDNS: []string{"10.96.0.10"},
+			pod:  func(p *v1.Pod) { p.Spec.HostNetwork = true; p.Spec.DNSPolicy = v1.DNSClusterFirstWithHostNet },
+			want: &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"}, Options: []string{"ndots:5"}},
+		},
+		{
+			name: "no clusterDNS falls back to Default",
+			want: &runtimeapi.DNSConfig{Servers: []string{"192.0.2.53"}, Searches: []string{"corp.example"}, Options: []string{"edns0"}},
+		},
+		{
+			name: "None with dnsConfig, options override by name", clusterDNS: []string{"10.96.0.10"},
+			pod: func(p *v1.Pod) {
+				p.Spec.DNSPolicy = v1.DNSNone
+				p.Spec.DNSConfig = &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"}, Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}, {Name: "ndots", Value: ptr.To("3")}}}
+			},
+			want: &runtimeapi.DNSConfig{Servers: []string{"1.1.1.1"}, Searches: []string{"a.example"}, Options: []string{"ndots:3"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &Manager{cfg: Config{ClusterDNS: tt.clusterDNS, ClusterDomain: "cluster.local", ResolvConf: resolv}}
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns1"}}
+			if tt.pod != nil {
+				tt.pod(pod)
+			}
+			got, err := m.dnsConfig(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Servers, tt.want.Servers) || !reflect.DeepEqual(got.Searches, tt.want.Searches) || !reflect.DeepEqual(got.Options, tt.want.Options) {
+				t.Fatalf("dnsConfig = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSandboxConfig(t *testing.T) {
+	m := &Manager{cfg: Config{PodLogsDir: "/var/log/pods"}}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "prod", UID: "u1", Labels: map[string]string{"app": "web"}},
+		Spec: v1.PodSpec{
+			DNSPolicy:  v1.DNSDefault,
+			Containers: []v1.Container{{Name: "c", Ports: []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 9090}}}},
+		},
+	}
+	cfg, err := m.SandboxConfig(pod, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Hostname != "web" || cfg.LogDirectory != "/var/log/pods/prod_web_u1" || cfg.Metadata.Attempt != 2 {
+		t.Errorf("hostname/logdir/attempt = %q %q %d", cfg.Hostname, cfg.LogDirectory, cfg.Metadata.Attempt)
+	}
+	if cfg.Labels[cri.LabelPodUID] != "u1" || cfg.Labels["app"] != "web" {
+		t.Errorf("labels = %v", cfg.Labels)
+	}
+	if len(cfg.PortMappings) != 1 || cfg.PortMappings[0].HostPort != 8080 {
+		t.Errorf("port mappings = %v, want only the hostPort one", cfg.PortMappings)
+	}
+	ns := cfg.Linux.SecurityContext.NamespaceOptions
+	if ns.Network != runtimeapi.NamespaceMode_POD || ns.Pid != runtimeapi.NamespaceMode_CONTAINER || ns.Ipc != runtimeapi.NamespaceMode_POD {
+		t.Errorf("namespaces = %+v", ns)
+	}
+
+	pod.Spec.HostNetwork = true
+	pod.Spec.ShareProcessNamespace = ptr.To(true)
+	cfg, err = m.SandboxConfig(pod, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A host-network sandbox must not set a hostname: the runtime refuses it.
+	if cfg.Hostname != "" {
+		t.Errorf("host-network sandbox hostname = %q, want empty", cfg.Hostname)
+	}
+	ns = cfg.Linux.SecurityContext.NamespaceOptions
+	if ns.Network != runtimeapi.NamespaceMode_NODE || ns.Pid != runtimeapi.NamespaceMode_POD {
+		t.Errorf("namespaces = %+v, want host network and a shared pod PID namespace", ns)
+	}
+}
+
+func TestOOMScoreAdj(t *testing.T) {
+	gi := int64(1 << 30)
+	tests := []struct {
+		name string
+		req  v1.ResourceRequirements
+		want int64
+	}{
+		{"best effort", v1.ResourceRequirements{}, 1000},
+		{"guaranteed", v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")},
+			Limits:   v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")}}, -997},
+		{"burstable, a quarter of memory", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("1Gi")}}, 750},
+		{"burstable, all memory is clamped to 2", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("4Gi")}}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: tt.req}}}}
+			if got := oomScoreAdj(pod, &pod.Spec.Containers[0], 4*gi); got != tt.want {
+				t.Fatalf("oomScoreAdj = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPullPolicyDefaults(t *testing.T) {
+	for img, want := range map[string]v1.PullPolicy{
+		"busybox": v1.PullAlways, "busybox:latest": v1.PullAlways, "busybox:1.36": v1.PullIfNotPresent,
+		"localhost:5000/busybox": v1.PullAlways, "localhost:5000/busybox:1": v1.PullIfNotPresent,
+		"busybox@sha256:abc": v1.PullIfNotPresent,
+	} {
+		if got := pullPolicy(&v1.Container{Image: img}); got != want {
+			t.Errorf("pullPolicy(%s) = %s, want %s", img, got, want)
+		}
+	}
+}
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }

@@ -201,16 +201,28 @@ func (m *Manager) runGroup(ctx context.Context, g PlannedGroup) {
 		wg.Wait()
 		close(done)
 	}()
-	timer := m.clock.NewTimer(g.GracePeriod)
-	defer timer.Stop()
+	// A group without grace gets its kills started and no wait (a fake clock never fires a
+	// zero timer, a real one at once).
+	expired := closedChan
+	if g.GracePeriod > 0 {
+		timer := m.clock.NewTimer(g.GracePeriod)
+		defer timer.Stop()
+		expired = timer.C()
+	}
 	select {
 	case <-done:
 		klog.InfoS("Node shutdown: pod group stopped", "priority", g.Priority, "took", m.clock.Since(start))
-	case <-timer.C():
+	case <-expired:
 		klog.InfoS("Node shutdown: pod group's grace period is up, moving on with pods still stopping", "priority", g.Priority, "gracePeriod", g.GracePeriod)
 	case <-ctx.Done():
 	}
 }
+
+var closedChan = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // setPodStatus is the status a pod stopped for shutdown ends with.
 func (m *Manager) setPodStatus(status *v1.PodStatus) {

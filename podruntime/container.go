@@ -268,21 +268,8 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 		MaskedPaths:      defaultMaskedPaths(),
 		ReadonlyPaths:    defaultReadonlyPaths(),
 	}
-	if psc := pod.Spec.SecurityContext; psc != nil {
-		if psc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
-		}
-		if psc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
-		}
-		sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
-		if psc.FSGroup != nil {
-			sc.SupplementalGroups = append(sc.SupplementalGroups, *psc.FSGroup)
-		}
-		if psc.SeccompProfile != nil {
-			sc.Seccomp = seccompProfile(psc.SeccompProfile)
-		}
-	}
+	p := podSecurity(pod)
+	sc.RunAsUser, sc.RunAsGroup, sc.SupplementalGroups, sc.Seccomp = p.runAsUser, p.runAsGroup, p.groups, p.seccomp
 	if csc := c.SecurityContext; csc != nil {
 		if csc.Privileged != nil && *csc.Privileged {
 			sc.Privileged = true

@@ -74,21 +74,8 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 		ns.Ipc = runtimeapi.NamespaceMode_NODE
 	}
 	sc := &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
-	if psc := pod.Spec.SecurityContext; psc != nil {
-		if psc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
-		}
-		if psc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
-		}
-		sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
-		if psc.FSGroup != nil {
-			sc.SupplementalGroups = append(sc.SupplementalGroups, *psc.FSGroup)
-		}
-		if psc.SeccompProfile != nil {
-			sc.Seccomp = seccompProfile(psc.SeccompProfile)
-		}
-	}
+	p := podSecurity(pod)
+	sc.RunAsUser, sc.RunAsGroup, sc.SupplementalGroups, sc.Seccomp = p.runAsUser, p.runAsGroup, p.groups, p.seccomp
 	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
 			sc.Privileged = true
@@ -145,6 +132,36 @@ func podHostname(pod *v1.Pod) (string, error) {
 		return "", fmt.Errorf("pod %s/%s has no usable hostname", pod.Namespace, pod.Name)
 	}
 	return h, nil
+}
+
+// podSettings are the pod-level security settings both the sandbox and its
+// containers carry.
+type podSettings struct {
+	runAsUser, runAsGroup *runtimeapi.Int64Value
+	groups                []int64
+	seccomp               *runtimeapi.SecurityProfile
+}
+
+func podSecurity(pod *v1.Pod) podSettings {
+	var p podSettings
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		return p
+	}
+	if psc.RunAsUser != nil {
+		p.runAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
+	}
+	if psc.RunAsGroup != nil {
+		p.runAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
+	}
+	p.groups = append(p.groups, psc.SupplementalGroups...)
+	if psc.FSGroup != nil {
+		p.groups = append(p.groups, *psc.FSGroup)
+	}
+	if psc.SeccompProfile != nil {
+		p.seccomp = seccompProfile(psc.SeccompProfile)
+	}
+	return p
 }
 
 func seccompProfile(p *v1.SeccompProfile) *runtimeapi.SecurityProfile {

@@ -1,0 +1,380 @@
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	occgroups "github.com/opencontainers/cgroups"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// ManagerOptions configure the cgroupfs-driver QoS manager.
+type ManagerOptions struct {
+	// Root is where the cgroup filesystems are mounted (DefaultRoot if empty).
+	Root string
+	// Mode is the host layout (DetectMode).
+	Mode Mode
+	// CgroupRoot is the parsed cgroupRoot setting (ParseCgroupRoot).
+	CgroupRoot CgroupName
+	// EnforceNodeAllocatable: with "pods", kubepods is limited to allocatable.
+	EnforceNodeAllocatable []string
+	// PodPidsLimit (podPidsLimit): > 0 sets pids.max on every pod cgroup.
+	PodPidsLimit int64
+	// CPUCFSQuota and CPUCFSQuotaPeriod (0 = 100ms) as in the kubelet config.
+	CPUCFSQuota       bool
+	CPUCFSQuotaPeriod time.Duration
+}
+
+// Manager creates and removes the QoS and pod cgroups for the cgroupfs driver by
+// writing the cgroup files itself. (opencontainers/cgroups' managers hard-code
+// /sys/fs/cgroup and find v1 mounts through /proc/self/mountinfo, and only work on
+// a fake tree with their package-global TestMode switch; nodelet uses the library
+// for the shares→weight conversion, so pod cgroups weigh like runc's containers.)
+type Manager struct {
+	opts ManagerOptions
+	// removeDir removes one empty cgroup directory; os.Remove on the real cgroupfs.
+	removeDir func(string) error
+}
+
+// v1 hierarchies a cgroup is created in, when mounted (as runc's cgroupfs manager does).
+var v1Hierarchies = []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb", "blkio", "devices", "freezer", "net_cls", "net_prio", "perf_event", "rdma", "misc"}
+
+// v2 controllers nodelet enables for its subtree when the root offers them.
+var v2Controllers = []string{"cpuset", "cpu", "io", "memory", "hugetlb", "pids"}
+
+// NewManager checks the options; it touches nothing.
+func NewManager(opts ManagerOptions) (*Manager, error) {
+	if opts.Root == "" {
+		opts.Root = DefaultRoot
+	}
+	switch opts.Mode {
+	case ModeV1, ModeHybrid, ModeV2:
+	default:
+		return nil, fmt.Errorf("creating cgroup manager: cgroup mode %v is not supported", opts.Mode)
+	}
+	return &Manager{opts: opts, removeDir: os.Remove}, nil
+}
+
+func (m *Manager) periodMicros() int64 {
+	return ResourceOptions{Period: m.opts.CPUCFSQuotaPeriod}.PeriodMicros()
+}
+
+// EnsureQOSCgroups creates kubepods, kubepods/burstable and kubepods/besteffort.
+// kubepods gets memory, cpu shares and pids from allocatable (capacity minus
+// kube/system reserved, without eviction thresholds) when enforceNodeAllocatable
+// has "pods", from capacity otherwise; besteffort gets the minimum cpu shares.
+func (m *Manager) EnsureQOSCgroups(ctx context.Context, capacity, allocatable v1.ResourceList) error {
+	rl := capacity
+	if slices.Contains(m.opts.EnforceNodeAllocatable, "pods") {
+		rl = allocatable
+	}
+	kubepods := KubepodsCgroupName(m.opts.CgroupRoot)
+	if err := m.ensure(ctx, kubepods, NodeResourceConfig(rl)); err != nil {
+		return err
+	}
+	if err := m.ensure(ctx, QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBurstable), ResourceConfig{}); err != nil {
+		return err
+	}
+	min := uint64(MinShares)
+	return m.ensure(ctx, QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBestEffort), ResourceConfig{CPUShares: &min})
+}
+
+// UpdateQOSCgroups sets burstable's cpu shares to the summed cpu requests of the
+// active Burstable pods (and besteffort's back to the minimum), so burstable pods
+// as a whole get their share against Guaranteed ones.
+func (m *Manager) UpdateQOSCgroups(ctx context.Context, activePods []*v1.Pod) error {
+	var milli int64
+	for _, p := range activePods {
+		if QOSClass(p) == v1.PodQOSBurstable {
+			q, _ := podAggregate(p, requestsOf, v1.ResourceCPU)
+			milli += q.MilliValue()
+		}
+	}
+	burstable := MilliCPUToShares(milli)
+	if err := m.set(QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBurstable), ResourceConfig{CPUShares: &burstable}); err != nil {
+		return err
+	}
+	min := uint64(MinShares)
+	return m.set(QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBestEffort), ResourceConfig{CPUShares: &min})
+}
+
+// EnsurePodCgroup creates the pod's cgroup (or updates it) with PodResourceConfig.
+func (m *Manager) EnsurePodCgroup(ctx context.Context, pod *v1.Pod) error {
+	name := PodCgroupName(m.opts.CgroupRoot, pod)
+	return m.ensure(ctx, name, PodResourceConfig(pod, m.opts.CPUCFSQuota, m.periodMicros(), m.opts.PodPidsLimit))
+}
+
+// PodCgroupExists reports whether the pod's cgroup is there (in the memory
+// hierarchy on v1).
+func (m *Manager) PodCgroupExists(pod *v1.Pod) bool {
+	return isDir(m.primaryPath(PodCgroupName(m.opts.CgroupRoot, pod)))
+}
+
+// RemovePodCgroup removes the pod's cgroup from every hierarchy. It refuses while
+// processes remain in it: the pod's containers must be stopped first.
+func (m *Manager) RemovePodCgroup(ctx context.Context, pod *v1.Pod) error {
+	return m.RemoveCgroup(ctx, PodCgroupName(m.opts.CgroupRoot, pod))
+}
+
+// RemoveCgroup removes one cgroup (a pod cgroup found by ListPodCgroups).
+func (m *Manager) RemoveCgroup(ctx context.Context, name CgroupName) error {
+	var errs []error
+	for _, dir := range m.paths(name) {
+		if pids := readProcs(dir); len(pids) > 0 {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: processes %v still in it", dir, pids))
+			continue
+		}
+		if err := m.removeDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dir, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("Removed cgroup", "cgroup", name.Cgroupfs())
+	return nil
+}
+
+// ListPodCgroups returns the pod cgroups present under the QoS cgroups, by pod UID,
+// so housekeeping can remove those of pods that are gone.
+func (m *Manager) ListPodCgroups() (map[types.UID]CgroupName, error) {
+	out := map[types.UID]CgroupName{}
+	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+		parent := QOSCgroupName(m.opts.CgroupRoot, qos)
+		entries, err := os.ReadDir(m.primaryPath(parent))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing pod cgroups: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), podPrefix) {
+				out[types.UID(strings.TrimPrefix(e.Name(), podPrefix))] = parent.Child(e.Name())
+			}
+		}
+	}
+	return out, nil
+}
+
+// primaryPath is the directory that stands for the cgroup when checking existence.
+func (m *Manager) primaryPath(name CgroupName) string {
+	if m.opts.Mode == ModeV2 {
+		return filepath.Join(m.opts.Root, name.Cgroupfs())
+	}
+	return filepath.Join(m.opts.Root, "memory", name.Cgroupfs())
+}
+
+// paths are the cgroup's directories: one per mounted v1 hierarchy, or one on v2.
+func (m *Manager) paths(name CgroupName) []string {
+	if m.opts.Mode == ModeV2 {
+		return []string{filepath.Join(m.opts.Root, name.Cgroupfs())}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, h := range v1Hierarchies {
+		base := filepath.Join(m.opts.Root, h)
+		if !isDir(base) {
+			continue
+		}
+		// cpu and cpuacct are often links to one "cpu,cpuacct" hierarchy.
+		if real, err := filepath.EvalSymlinks(base); err == nil {
+			if seen[real] {
+				continue
+			}
+			seen[real] = true
+		}
+		out = append(out, filepath.Join(base, name.Cgroupfs()))
+	}
+	return out
+}
+
+func (m *Manager) ensure(ctx context.Context, name CgroupName, rc ResourceConfig) error {
+	if m.opts.Mode == ModeV2 {
+		if err := m.enableControllers(name); err != nil {
+			return err
+		}
+	}
+	for _, dir := range m.paths(name) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w", dir, err)
+		}
+	}
+	if m.opts.Mode != ModeV2 && isDir(filepath.Join(m.opts.Root, "cpuset")) {
+		if err := m.initCpuset(name); err != nil {
+			return err
+		}
+	}
+	if err := m.set(name, rc); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("Ensured cgroup", "cgroup", name.Cgroupfs(), "mode", m.opts.Mode)
+	return nil
+}
+
+// initCpuset copies cpuset.cpus/mems down from the first non-empty ancestor: a new
+// v1 cpuset cgroup starts empty and no task could join it or its children.
+func (m *Manager) initCpuset(name CgroupName) error {
+	base := filepath.Join(m.opts.Root, "cpuset")
+	for i := 1; i <= len(name); i++ {
+		dir := filepath.Join(base, name[:i].Cgroupfs())
+		parent := filepath.Dir(dir)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			cur, err := os.ReadFile(filepath.Join(dir, f))
+			if err == nil && strings.TrimSpace(string(cur)) != "" {
+				continue
+			}
+			val, err := os.ReadFile(filepath.Join(parent, f))
+			if err != nil || strings.TrimSpace(string(val)) == "" {
+				continue // nothing to copy (a fake tree, or the parent is empty too)
+			}
+			if err := writeFile(dir, f, strings.TrimSpace(string(val))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// enableControllers turns on nodelet's controllers in the subtree_control of every
+// ancestor of name, so the cgroup gets cpu.weight, memory.max and pids.max files.
+func (m *Manager) enableControllers(name CgroupName) error {
+	avail, err := os.ReadFile(filepath.Join(m.opts.Root, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("reading available cgroup controllers: %w", err)
+	}
+	have := strings.Fields(string(avail))
+	var want []string
+	for _, c := range v2Controllers {
+		if slices.Contains(have, c) {
+			want = append(want, "+"+c)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	for i := 0; i < len(name); i++ {
+		dir := filepath.Join(m.opts.Root, name[:i].Cgroupfs())
+		if i > 0 {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("creating cgroup %s: %w", dir, err)
+			}
+		}
+		if err := writeFile(dir, "cgroup.subtree_control", strings.Join(want, " ")); err != nil {
+			// One controller the kernel refuses (e.g. cpuset in a threaded subtree)
+			// must not keep the others off.
+			for _, c := range want {
+				_ = writeFile(dir, "cgroup.subtree_control", c)
+			}
+		}
+	}
+	return nil
+}
+
+// set writes rc into the cgroup's files for the host's layout.
+func (m *Manager) set(name CgroupName, rc ResourceConfig) error {
+	if m.opts.Mode == ModeV2 {
+		dir := filepath.Join(m.opts.Root, name.Cgroupfs())
+		if rc.CPUShares != nil {
+			if err := writeFile(dir, "cpu.weight", strconv.FormatUint(occgroups.ConvertCPUSharesToCgroupV2Value(*rc.CPUShares), 10)); err != nil {
+				return err
+			}
+		}
+		if rc.CPUQuota != nil && rc.CPUPeriod != nil {
+			quota := "max"
+			if *rc.CPUQuota > 0 {
+				quota = strconv.FormatInt(*rc.CPUQuota, 10)
+			}
+			if err := writeFile(dir, "cpu.max", quota+" "+strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
+				return err
+			}
+		}
+		if rc.Memory != nil {
+			if err := writeFile(dir, "memory.max", limitString(*rc.Memory)); err != nil {
+				return err
+			}
+		}
+		if rc.PidsLimit != nil {
+			if err := writeFile(dir, "pids.max", limitString(*rc.PidsLimit)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cg := name.Cgroupfs()
+	cpu := filepath.Join(m.opts.Root, "cpu", cg)
+	if rc.CPUShares != nil {
+		if err := writeFile(cpu, "cpu.shares", strconv.FormatUint(*rc.CPUShares, 10)); err != nil {
+			return err
+		}
+	}
+	if rc.CPUQuota != nil && rc.CPUPeriod != nil {
+		// Period first: the kernel checks the quota against the current period.
+		if err := writeFile(cpu, "cpu.cfs_period_us", strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
+			return err
+		}
+		quota := *rc.CPUQuota
+		if quota <= 0 {
+			quota = -1
+		}
+		if err := writeFile(cpu, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+			return err
+		}
+	}
+	if rc.Memory != nil {
+		v := *rc.Memory
+		if v <= 0 {
+			v = -1
+		}
+		if err := writeFile(filepath.Join(m.opts.Root, "memory", cg), "memory.limit_in_bytes", strconv.FormatInt(v, 10)); err != nil {
+			return err
+		}
+	}
+	if rc.PidsLimit != nil {
+		if err := writeFile(filepath.Join(m.opts.Root, "pids", cg), "pids.max", limitString(*rc.PidsLimit)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func limitString(v int64) string {
+	if v <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// writeFile writes one cgroup interface file. It creates missing files, which the
+// kernel never needs but fake trees in tests do; on cgroupfs a missing interface
+// file cannot be created and the error names it.
+func writeFile(dir, file, value string) error {
+	p := filepath.Join(dir, file)
+	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, p, err)
+	}
+	return nil
+}
+
+func readProcs(dir string) []int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}

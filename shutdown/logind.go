@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -49,6 +50,8 @@ type InhibitorOptions struct {
 	// ReloadTimeout bounds the wait for logind to apply the drop-in after SIGHUP.
 	ReloadTimeout time.Duration
 	Clock         clock.Clock
+	// Registerer, when set, gets gauges saying whether logind gives nodelet the time it needs.
+	Registerer prometheus.Registerer
 }
 
 // Inhibitor holds logind's delay inhibitor lock for shutdown, raises InhibitDelayMaxSec when
@@ -63,6 +66,10 @@ type Inhibitor struct {
 	events chan bool
 	stop   chan struct{}
 	done   chan struct{}
+
+	delayMax    prometheus.Gauge
+	delayWanted prometheus.Gauge
+	held        prometheus.Gauge
 
 	mu     sync.Mutex
 	conn   *dbus.Conn
@@ -91,6 +98,25 @@ func NewInhibitor(opts InhibitorOptions) (*Inhibitor, error) {
 	}
 	if i.clock == nil {
 		i.clock = clock.RealClock{}
+	}
+	i.delayMax = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: "nodelet", Name: "shutdown_inhibit_delay_max_seconds",
+		Help: "logind's InhibitDelayMaxSec as last read: the longest logind waits for nodelet at shutdown",
+	})
+	i.delayWanted = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: "nodelet", Name: "shutdown_inhibit_delay_wanted_seconds",
+		Help: "The shutdown grace nodelet needs from logind; above shutdown_inhibit_delay_max_seconds, pods will be cut short",
+	})
+	i.held = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: "nodelet", Name: "shutdown_inhibitor_lock_held",
+		Help: "1 while nodelet holds logind's shutdown delay inhibitor lock",
+	})
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{i.delayMax, i.delayWanted, i.held} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("registering shutdown inhibitor metrics: %w", err)
+			}
+		}
 	}
 	signals, err := i.connect()
 	if err != nil {
@@ -228,6 +254,10 @@ func (i *Inhibitor) handle(sig *dbus.Signal) bool {
 		}
 		i.mu.Lock()
 		defer i.mu.Unlock()
+		// Already known from GetNameOwner at (re)connect, and the lock taken from it.
+		if newOwner == i.owner {
+			return true
+		}
 		i.owner = newOwner
 		// A lock from the old logind means nothing to the new one.
 		i.dropLockLocked()
@@ -277,7 +307,9 @@ func (i *Inhibitor) InhibitDelayMax(ctx context.Context) (time.Duration, error) 
 	if !ok {
 		return 0, fmt.Errorf("reading logind's InhibitDelayMaxUSec: got %s, want uint64", v.Signature())
 	}
-	return time.Duration(usec) * time.Microsecond, nil
+	d := time.Duration(usec) * time.Microsecond
+	i.delayMax.Set(d.Seconds())
+	return d, nil
 }
 
 // DelayCheck is what EnsureInhibitDelay found and did.
@@ -299,6 +331,7 @@ func (c DelayCheck) OK() bool { return c.After >= c.Wanted }
 // still too small is no error: the caller must warn with both numbers.
 func (i *Inhibitor) EnsureInhibitDelay(ctx context.Context, want time.Duration) (DelayCheck, error) {
 	c := DelayCheck{Wanted: want, DropInPath: i.dropIn}
+	i.delayWanted.Set(want.Seconds())
 	before, err := i.InhibitDelayMax(ctx)
 	if err != nil {
 		return c, err
@@ -419,6 +452,7 @@ func (i *Inhibitor) acquireLocked(ctx context.Context) error {
 		return fmt.Errorf("taking logind's delay inhibitor lock for shutdown: %w", err)
 	}
 	i.lock = os.NewFile(uintptr(fd), "logind-inhibitor")
+	i.held.Set(1)
 	return nil
 }
 
@@ -430,6 +464,7 @@ func (i *Inhibitor) dropLockLocked() {
 		}
 		i.lock = nil
 	}
+	i.held.Set(0)
 }
 
 // Held says whether nodelet holds the lock now.

@@ -18,20 +18,31 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // startBus runs a private dbus-daemon for one test and returns its address.
 func startBus(t *testing.T) string {
+	return startRestartableBus(t).addr
+}
+
+type testBus struct {
+	addr, conf string
+	cmd        *exec.Cmd
+	stderr     *bytes.Buffer
+}
+
+func startRestartableBus(t *testing.T) *testBus {
 	t.Helper()
-	bin, err := exec.LookPath("dbus-daemon")
-	if err != nil {
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
 		t.Skip("dbus-daemon is not installed (Debian package dbus-daemon); the logind D-Bus tests need a real bus")
 	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "bus")
-	conf := filepath.Join(dir, "bus.conf")
+	b := &testBus{conf: filepath.Join(dir, "bus.conf")}
 	// A session-type bus that lets anyone own any name: the fakes own logind's and systemd's.
-	err = os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+	err := os.WriteFile(b.conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>session</type>
@@ -47,30 +58,44 @@ func startBus(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config-file="+conf, "--nofork", "--nopidfile", "--print-address=1")
+	b.start(t)
+	t.Cleanup(func() { b.stop(t) })
+	return b
+}
+
+func (b *testBus) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("dbus-daemon", "--config-file="+b.conf, "--nofork", "--nopidfile", "--print-address=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	b.stderr = &bytes.Buffer{}
+	cmd.Stderr = b.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting dbus-daemon: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("dbus-daemon stderr:\n%s", stderr.String())
-		}
-	})
+	b.cmd = cmd
 	// The daemon prints its address once it listens.
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
+		b.stop(t)
 		t.Fatalf("reading dbus-daemon's address: %v", err)
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	return strings.TrimSpace(line)
+	b.addr = strings.TrimSpace(line)
+}
+
+func (b *testBus) stop(t *testing.T) {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Kill()
+	_ = b.cmd.Wait()
+	if t.Failed() {
+		t.Logf("dbus-daemon stderr:\n%s", b.stderr.String())
+	}
+	b.cmd = nil
 }
 
 func connect(t *testing.T, addr string) *dbus.Conn {
@@ -232,7 +257,13 @@ func startFakeSystemd(t *testing.T, addr string, s *fakeSystemd) {
 
 func newTestInhibitor(t *testing.T, addr, dropIn string) *Inhibitor {
 	t.Helper()
-	inh, err := NewInhibitor(InhibitorOptions{BusAddress: addr, DropInPath: dropIn, ReloadTimeout: 300 * time.Millisecond})
+	return newTestInhibitorWith(t, InhibitorOptions{BusAddress: addr, DropInPath: dropIn})
+}
+
+func newTestInhibitorWith(t *testing.T, opts InhibitorOptions) *Inhibitor {
+	t.Helper()
+	opts.ReloadTimeout = 300 * time.Millisecond
+	inh, err := NewInhibitor(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +356,8 @@ func TestInhibitorReportsDelayStillTooSmall(t *testing.T) {
 	logind := startFakeLogind(t, addr, 5*time.Second)
 	sd := &fakeSystemd{dropIn: dropIn, logind: logind, ignore: true}
 	startFakeSystemd(t, addr, sd)
-	inh := newTestInhibitor(t, addr, dropIn)
+	reg := prometheus.NewRegistry()
+	inh := newTestInhibitorWith(t, InhibitorOptions{BusAddress: addr, DropInPath: dropIn, Registerer: reg})
 
 	c, err := inh.EnsureInhibitDelay(context.Background(), 45*time.Second)
 	if err != nil {
@@ -333,6 +365,15 @@ func TestInhibitorReportsDelayStillTooSmall(t *testing.T) {
 	}
 	if c.OK() || c.Before != 5*time.Second || c.After != 5*time.Second || c.Wanted != 45*time.Second || !c.WroteDropIn {
 		t.Fatalf("EnsureInhibitDelay = %+v, want not OK with 5s before and after, 45s wanted", c)
+	}
+	if got := testutil.ToFloat64(inh.delayMax); got != 5 {
+		t.Errorf("nodelet_shutdown_inhibit_delay_max_seconds = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(inh.delayWanted); got != 45 {
+		t.Errorf("nodelet_shutdown_inhibit_delay_wanted_seconds = %v, want 45", got)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3 {
+		t.Errorf("registered inhibitor metrics = %d (%v), want 3", n, err)
 	}
 	if len(c.Overrides) != 1 || c.Overrides[0] != override {
 		t.Errorf("Overrides = %v, want [%s]", c.Overrides, override)
@@ -361,8 +402,8 @@ func TestInhibitorLockTakenAndReleased(t *testing.T) {
 	if len(calls) != 1 || strings.Join(calls[0], "|") != "shutdown|nodelet|nodelet needs time to stop pods gracefully|delay" {
 		t.Fatalf("Inhibit calls = %q, want one delay lock for shutdown", calls)
 	}
-	if !inh.Held() {
-		t.Fatal("Held() = false after Acquire")
+	if !inh.Held() || testutil.ToFloat64(inh.held) != 1 {
+		t.Fatal("Held() = false (or the gauge 0) after Acquire")
 	}
 	logind.dropOwnCopies()
 	lock := logind.lock(0)
@@ -373,8 +414,8 @@ func TestInhibitorLockTakenAndReleased(t *testing.T) {
 	}
 	inh.Release()
 	waitClosed(t, "the lock's fd to be closed by Release", lock.closed)
-	if inh.Held() {
-		t.Fatal("Held() after Release")
+	if inh.Held() || testutil.ToFloat64(inh.held) != 0 {
+		t.Fatal("Held() (or the gauge 1) after Release")
 	}
 }
 
@@ -452,5 +493,29 @@ func TestInhibitorRetakesLockWhenLogindRestarts(t *testing.T) {
 	}
 	if n := len(third.calls()); n != 0 || inh.Held() {
 		t.Fatalf("lock taken again after Release: %d Inhibit calls, held %v", n, inh.Held())
+	}
+}
+
+func TestInhibitorReconnectsWhenTheBusRestarts(t *testing.T) {
+	bus := startRestartableBus(t)
+	startFakeLogind(t, bus.addr, 30*time.Second)
+	inh := newTestInhibitor(t, bus.addr, filepath.Join(t.TempDir(), "99-nodelet.conf"))
+	if err := inh.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	bus.stop(t)
+	waitFor(t, "the lock to be dropped with the bus", func() bool { return !inh.Held() })
+	bus.start(t) // same socket path
+	logind := startFakeLogind(t, bus.addr, 30*time.Second)
+	// nodelet redials every second, then finds logind (already there, or arriving) and
+	// takes the lock again.
+	waitFor(t, "the lock to be taken on the new bus", inh.Held)
+	if n := len(logind.calls()); n != 1 {
+		t.Fatalf("Inhibit calls on the new bus = %d, want 1", n)
+	}
+	logind.prepareForShutdown(t, true)
+	if !nextEvent(t, inh) {
+		t.Fatal("PrepareForShutdown(true) after reconnecting delivered as false")
 	}
 }

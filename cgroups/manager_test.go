@@ -394,3 +394,39 @@ func TestPodResourceConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestEnforceReservedCgroup(t *testing.T) {
+	reserved := v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("1Gi"), ResourcePIDs: resource.MustParse("1000")}
+	tests := []struct {
+		name         string
+		v2           bool
+		compressible bool
+		want         fileWant
+	}{
+		{"v1 full", false, false, fileWant{"cpu/system.slice/cpu.shares": "512", "memory/system.slice/memory.limit_in_bytes": "1073741824", "pids/system.slice/pids.max": "1000"}},
+		{"v1 compressible", false, true, fileWant{"cpu/system.slice/cpu.shares": "512", "memory/system.slice/memory.limit_in_bytes": "<none>", "pids/system.slice/pids.max": "<none>"}},
+		{"v2 full", true, false, fileWant{"system.slice/cpu.weight": "59", "system.slice/memory.max": "1073741824", "system.slice/pids.max": "1000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := fakeV1(t)
+			if tt.v2 {
+				root = fakeV2(t)
+			}
+			m := newTestManager(t, root, nil)
+			ctx := context.Background()
+			if err := m.EnforceReservedCgroup(ctx, "/system.slice", reserved, tt.compressible); err == nil {
+				t.Fatal("missing cgroup: want error")
+			}
+			for _, d := range m.paths(CgroupName{"system.slice"}) {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := m.EnforceReservedCgroup(ctx, "/system.slice", reserved, tt.compressible); err != nil {
+				t.Fatal(err)
+			}
+			checkFiles(t, root, tt.want)
+		})
+	}
+}

@@ -313,3 +313,16 @@ func TestMeminfo(t *testing.T) {
 		t.Error("garbage SwapTotal: want error")
 	}
 }
+
+func TestSelfCgroupV2(t *testing.T) {
+	for in, want := range map[string]string{
+		"0::/user.slice/session-1.scope\n":                             "/user.slice/session-1.scope",
+		"12:memory:/foo\n1:name=systemd:/init.scope\n0::/init.scope\n": "/init.scope",
+		"12:memory:/foo\n": "/",
+		"":                 "/",
+	} {
+		if got := SelfCgroupV2(in); got != want {
+			t.Errorf("SelfCgroupV2(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

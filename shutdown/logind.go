@@ -429,8 +429,8 @@ func overridingDropIns(path string) []string {
 	return out
 }
 
-// Acquire takes the delay inhibitor lock for shutdown, unless already held, and keeps taking
-// it again after logind restarts until Release.
+// Acquire takes the delay inhibitor lock for shutdown, unless already held. Until Release it
+// is taken again whenever logind (re)appears, even when this first attempt fails.
 func (i *Inhibitor) Acquire(ctx context.Context) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()

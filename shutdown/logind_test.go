@@ -229,8 +229,8 @@ func (s *fakeSystemd) KillUnit(unit, whom string, signal int32) *dbus.Error {
 	if err != nil {
 		return dbus.MakeFailedError(err)
 	}
-	m := regexp.MustCompile(`(?m)^InhibitDelayMaxSec=(\d+)$`).FindSubmatch(b)
-	if m == nil || !strings.HasPrefix(string(b), "#") && !strings.Contains(string(b), "[Login]") {
+	m := regexp.MustCompile(`(?ms)^\[Login\]$.*^InhibitDelayMaxSec=(\d+)$`).FindSubmatch(b)
+	if m == nil {
 		return dbus.MakeFailedError(fmt.Errorf("no [Login] InhibitDelayMaxSec in %q", b))
 	}
 	n, _ := strconv.Atoi(string(m[1]))
@@ -517,5 +517,43 @@ func TestInhibitorReconnectsWhenTheBusRestarts(t *testing.T) {
 	logind.prepareForShutdown(t, true)
 	if !nextEvent(t, inh) {
 		t.Fatal("PrepareForShutdown(true) after reconnecting delivered as false")
+	}
+}
+
+func TestInhibitorDelayWithoutSystemdIsAnError(t *testing.T) {
+	addr := startBus(t)
+	dropIn := filepath.Join(t.TempDir(), "99-nodelet.conf")
+	startFakeLogind(t, addr, 5*time.Second)
+	inh := newTestInhibitor(t, addr, dropIn)
+	c, err := inh.EnsureInhibitDelay(context.Background(), 20*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "KillUnit") {
+		t.Fatalf("EnsureInhibitDelay without systemd = %v, want a KillUnit error", err)
+	}
+	if c.Before != 5*time.Second || !c.WroteDropIn || c.OK() {
+		t.Errorf("DelayCheck = %+v, want 5s before, drop-in written, not OK", c)
+	}
+}
+
+func TestInhibitorWithoutLogind(t *testing.T) {
+	addr := startBus(t)
+	inh := newTestInhibitor(t, addr, filepath.Join(t.TempDir(), "99-nodelet.conf"))
+	if _, err := inh.InhibitDelayMax(context.Background()); err == nil {
+		t.Error("InhibitDelayMax succeeded with no logind on the bus")
+	}
+	if err := inh.Acquire(context.Background()); err == nil || inh.Held() {
+		t.Errorf("Acquire with no logind = %v, held %v; want an error", err, inh.Held())
+	}
+	// logind arriving later gets asked for the lock Acquire wanted.
+	logind := startFakeLogind(t, addr, 30*time.Second)
+	waitFor(t, "the lock once logind appears", inh.Held)
+	if n := len(logind.calls()); n != 1 {
+		t.Errorf("Inhibit calls = %d, want 1", n)
+	}
+}
+
+func TestNewInhibitorWithoutBus(t *testing.T) {
+	_, err := NewInhibitor(InhibitorOptions{BusAddress: "unix:path=" + filepath.Join(t.TempDir(), "nobus")})
+	if err == nil || !strings.Contains(err.Error(), "connecting to D-Bus") {
+		t.Fatalf("NewInhibitor on a missing bus = %v, want a connect error", err)
 	}
 }

@@ -203,11 +203,15 @@ func (m *Manager) runGroup(ctx context.Context, g PlannedGroup) {
 	}()
 	// A group without grace gets its kills started and no wait (a fake clock never fires a
 	// zero timer, a real one at once).
-	expired := closedChan
+	var expired <-chan time.Time
 	if g.GracePeriod > 0 {
 		timer := m.clock.NewTimer(g.GracePeriod)
 		defer timer.Stop()
 		expired = timer.C()
+	} else {
+		c := make(chan time.Time)
+		close(c)
+		expired = c
 	}
 	select {
 	case <-done:
@@ -217,12 +221,6 @@ func (m *Manager) runGroup(ctx context.Context, g PlannedGroup) {
 	case <-ctx.Done():
 	}
 }
-
-var closedChan = func() <-chan time.Time {
-	c := make(chan time.Time)
-	close(c)
-	return c
-}()
 
 // setPodStatus is the status a pod stopped for shutdown ends with.
 func (m *Manager) setPodStatus(status *v1.PodStatus) {

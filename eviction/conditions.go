@@ -22,6 +22,7 @@ type Tracker struct {
 	firstObserved map[string]time.Time
 	lastObserved  map[v1.NodeConditionType]time.Time
 	prevMet       []Threshold
+	lastObsTime   map[Signal]time.Time
 }
 
 // NewTracker returns a Tracker; transitionPeriod ≤ 0 means the default 5m.
@@ -34,6 +35,7 @@ func NewTracker(clk clock.PassiveClock, transitionPeriod time.Duration) *Tracker
 		transitionPeriod: transitionPeriod,
 		firstObserved:    map[string]time.Time{},
 		lastObserved:     map[v1.NodeConditionType]time.Time{},
+		lastObsTime:      map[Signal]time.Time{},
 	}
 }
 
@@ -42,8 +44,10 @@ type TrackResult struct {
 	// Met are thresholds met now, ignoring grace periods (including those
 	// kept by min-reclaim hysteresis).
 	Met []Threshold
-	// Active are the met thresholds whose grace period has elapsed: these
-	// may cause reclaim and eviction.
+	// Active are the met thresholds whose grace period has elapsed and whose
+	// stats are newer than last cycle's: these may cause reclaim and eviction.
+	// Acting on stale stats would evict a second pod for pressure the first
+	// eviction already relieved.
 	Active []Threshold
 	// Conditions are the pressure conditions to report, kept for the
 	// transition period after they were last observed.
@@ -76,9 +80,17 @@ func (t *Tracker) Update(thresholds []Threshold, obs Observations) TrackResult {
 
 	var active []Threshold
 	for _, th := range met {
-		if now.Sub(first[th.key()]) >= th.GracePeriod {
-			active = append(active, th)
+		if now.Sub(first[th.key()]) < th.GracePeriod {
+			continue
 		}
+		o := obs[th.Signal]
+		if last, ok := t.lastObsTime[th.Signal]; ok && !o.Time.IsZero() && !o.Time.After(last) {
+			continue
+		}
+		active = append(active, th)
+	}
+	for sig, o := range obs {
+		t.lastObsTime[sig] = o.Time
 	}
 
 	// Conditions come from met thresholds, ignoring grace periods, as upstream.
@@ -97,6 +109,26 @@ func (t *Tracker) Update(thresholds []Threshold, obs Observations) TrackResult {
 	}
 	slices.Sort(conds)
 	return TrackResult{Met: met, Active: active, Conditions: conds}
+}
+
+// WithAllocatableThresholds adds, for every hard memory.available
+// threshold, the same threshold on allocatableMemory.available, as upstream
+// does when enforceNodeAllocatable contains "pods". An explicit
+// allocatableMemory.available threshold is kept as is.
+func WithAllocatableThresholds(ts []Threshold) []Threshold {
+	out := slices.Clone(ts)
+	for _, t := range ts {
+		if t.Signal != SignalMemoryAvailable || !t.Hard {
+			continue
+		}
+		if slices.ContainsFunc(ts, func(o Threshold) bool { return o.Signal == SignalAllocatableMemoryAvailable && o.Hard }) {
+			continue
+		}
+		a := t
+		a.Signal = SignalAllocatableMemoryAvailable
+		out = append(out, a)
+	}
+	return out
 }
 
 // Taint keys for the pressure conditions (upstream names).

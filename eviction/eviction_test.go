@@ -550,3 +550,49 @@ func TestAdmit(t *testing.T) {
 		})
 	}
 }
+
+func TestTrackerIgnoresStaleStats(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0())
+	th := mustParse(t, map[string]string{"memory.available": "<100Mi"})
+	tr := NewTracker(clk, time.Minute)
+	obsAt := func(ts time.Time) Observations {
+		o := memObs(50 * mi)
+		m := o[SignalMemoryAvailable]
+		m.Time = ts
+		o[SignalMemoryAvailable] = m
+		return o
+	}
+	steps := []struct {
+		statsTime  time.Time
+		wantActive bool
+	}{
+		{t0(), true},
+		{t0(), false},                      // same stats as last cycle: do not act again
+		{t0().Add(10 * time.Second), true}, // fresh stats
+		{time.Time{}, true},                // no timestamp: always fresh
+	}
+	for i, s := range steps {
+		clk.Step(10 * time.Second)
+		r := tr.Update(th, obsAt(s.statsTime))
+		if (len(r.Active) == 1) != s.wantActive || len(r.Conditions) != 1 {
+			t.Errorf("step %d: active %v conditions %v, want active=%v", i, r.Active, r.Conditions, s.wantActive)
+		}
+	}
+}
+
+func t0() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+
+func TestWithAllocatableThresholds(t *testing.T) {
+	got := WithAllocatableThresholds(mustParse(t, map[string]string{"memory.available": "<100Mi", "nodefs.available": "<10%"}))
+	var s []string
+	for _, th := range got {
+		s = append(s, th.String())
+	}
+	if want := "memory.available<100Mi,nodefs.available<10%,allocatableMemory.available<100Mi"; strings.Join(s, ",") != want {
+		t.Errorf("got %v, want %s", s, want)
+	}
+	explicit := mustParse(t, map[string]string{"memory.available": "<100Mi", "allocatableMemory.available": "<1Gi"})
+	if got := WithAllocatableThresholds(explicit); len(got) != 2 {
+		t.Errorf("explicit allocatable threshold duplicated: %v", got)
+	}
+}

@@ -28,7 +28,10 @@ type NodeReclaimer interface {
 	DeleteAllUnusedContainers(ctx context.Context) error
 }
 
-// PodKiller stops a pod and records the given status for it.
+// PodKiller stops a pod and records the given status for it. It should
+// return once the pod's containers are stopped: upstream waits for the
+// evicted pod's cleanup before the next cycle, and the stats of the next
+// cycle must no longer count it.
 type PodKiller interface {
 	EvictPod(ctx context.Context, pod *v1.Pod, gracePeriodSeconds int64, status v1.PodStatus) error
 }

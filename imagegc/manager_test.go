@@ -378,3 +378,46 @@ func TestContainerGC(t *testing.T) {
 		})
 	}
 }
+
+func TestImageManagerRunReportsRepeatedFailure(t *testing.T) {
+	e := newEnv(t)
+	clk := clocktesting.NewFakeClock(t0)
+	rec := &recorder{}
+	m, err := NewImageManager(ImagePolicy{HighThresholdPercent: 85, LowThresholdPercent: 80}, e.client, e.client, t.TempDir(), clk,
+		WithFsStatter(func(string) (int64, int64, error) { return 0, 0, nil }), WithRecorder(rec, &v1.ObjectReference{Kind: "Node", Name: "n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx, 0) }()
+	waitEvents := func(n int) []string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			rec.mu.Lock()
+			ev := slices.Clone(rec.events)
+			rec.mu.Unlock()
+			if len(ev) >= n {
+				return ev
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatalf("fewer than %d events", n)
+		return nil
+	}
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(DefaultImageGCPeriod)
+	if ev := waitEvents(1); ev[0] != ReasonInvalidDiskCapacity+": invalid capacity 0 on image filesystem" {
+		t.Errorf("first failure events %q", ev)
+	}
+	clk.Step(DefaultImageGCPeriod)
+	ev := waitEvents(3)
+	cancel()
+	<-done
+	if !strings.HasPrefix(ev[2], ReasonImageGCFailed+": invalid capacity 0") || ev[1] != ev[0] {
+		t.Errorf("second failure events %q, want InvalidDiskCapacity then ImageGCFailed", ev)
+	}
+}

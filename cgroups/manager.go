@@ -95,7 +95,7 @@ func (m *Manager) UpdateQOSCgroups(ctx context.Context, activePods []*v1.Pod) er
 	var milli int64
 	for _, p := range activePods {
 		if QOSClass(p) == v1.PodQOSBurstable {
-			q, _ := podAggregate(p, requestsOf, v1.ResourceCPU)
+			q, _ := podAggregate(p, requestsOf, v1.ResourceCPU, false)
 			milli += q.MilliValue()
 		}
 	}

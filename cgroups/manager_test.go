@@ -366,6 +366,16 @@ func TestPodResourceConfig(t *testing.T) {
 			p.Spec.InitContainers = []v1.Container{{Name: "s", RestartPolicy: &always, Resources: res("400m", "", "", "")}}
 			return p
 		}(), true, ResourceConfig{CPUShares: u(512)}},
+		{"init container without limit leaves memory unlimited", func() *v1.Pod {
+			p := podWith("u", res("100m", "", "", "1Gi"))
+			p.Spec.InitContainers = []v1.Container{{Name: "i", Resources: res("100m", "", "", "")}}
+			return p
+		}(), true, ResourceConfig{CPUShares: u(102)}},
+		{"overhead not added to an absent limit", func() *v1.Pod {
+			p := podWith("u", res("100m", "", "", ""))
+			p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("1Gi")}
+			return p
+		}(), true, ResourceConfig{CPUShares: u(204)}},
 		{"overhead counts", func() *v1.Pod {
 			p := podWith("u", guaranteedRes)
 			p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("1Gi")}

@@ -24,9 +24,9 @@ type ResourceConfig struct {
 // the summed memory limit; for Burstable pods quota and memory only when every
 // container declares that limit. podPidsLimit > 0 sets pids.max.
 func PodResourceConfig(pod *v1.Pod, cpuCFSQuota bool, periodMicros int64, podPidsLimit int64) ResourceConfig {
-	cpuReq, _ := podAggregate(pod, requestsOf, v1.ResourceCPU)
-	cpuLim, cpuDeclared := podAggregate(pod, limitsOf, v1.ResourceCPU)
-	memLim, memDeclared := podAggregate(pod, limitsOf, v1.ResourceMemory)
+	cpuReq, _ := podAggregate(pod, requestsOf, v1.ResourceCPU, false)
+	cpuLim, cpuDeclared := podAggregate(pod, limitsOf, v1.ResourceCPU, true)
+	memLim, memDeclared := podAggregate(pod, limitsOf, v1.ResourceMemory, true)
 
 	shares := MilliCPUToShares(cpuReq.MilliValue())
 	quota := MilliCPUToQuota(cpuLim.MilliValue(), periodMicros)

@@ -135,12 +135,14 @@ func isRestartableInit(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
-// podAggregate sums a resource list of the pod the way the scheduler does: app
+// podAggregate sums a resource of the pod the way the scheduler does: app
 // containers and sidecars (restartable init containers) add up; an ordinary init
-// container counts only if it needs more than everything running beside it; pod
-// overhead is added. declared reports whether every app container and sidecar set
-// the resource (used for limits: one unlimited container leaves the pod unlimited).
-func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1.ResourceName) (total resource.Quantity, declared bool) {
+// container, together with the sidecars started before it, counts only if it needs
+// more than that sum. Pod overhead is added (for limits only to a non-zero limit).
+// declared reports whether every container set the resource (for an init
+// container: it or the sidecars before it), since one unlimited container leaves
+// the pod unlimited.
+func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1.ResourceName, isLimit bool) (total resource.Quantity, declared bool) {
 	declared = true
 	var sum resource.Quantity
 	for i := range pod.Spec.Containers {
@@ -154,25 +156,26 @@ func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		q := list(c)[name]
+		var need resource.Quantity
 		if isRestartableInit(c) {
-			if q.IsZero() {
-				declared = false
-			}
 			sidecars.Add(q)
-			continue
+			sum.Add(q)
+			need = sidecars.DeepCopy()
+		} else {
+			need = sidecars.DeepCopy()
+			need.Add(q)
 		}
-		// An ordinary init container runs beside the sidecars started before it.
-		need := sidecars.DeepCopy()
-		need.Add(q)
+		if need.IsZero() {
+			declared = false
+		}
 		if need.Cmp(maxInit) > 0 {
 			maxInit = need
 		}
 	}
-	sum.Add(sidecars)
 	if maxInit.Cmp(sum) > 0 {
 		sum = maxInit
 	}
-	if o, ok := pod.Spec.Overhead[name]; ok {
+	if o, ok := pod.Spec.Overhead[name]; ok && (!isLimit || !sum.IsZero()) {
 		sum.Add(o)
 	}
 	return sum, declared

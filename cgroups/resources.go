@@ -58,24 +58,9 @@ func (o ResourceOptions) PeriodMicros() int64 {
 // is the node's total memory in bytes. The returned warnings say where a setting
 // could not be honoured (LimitedSwap on v1, a swap computation failure).
 func ContainerResources(pod *v1.Pod, c *v1.Container, nodeMemoryCapacity int64, opts ResourceOptions) (*runtimeapi.LinuxContainerResources, []string) {
-	res := &runtimeapi.LinuxContainerResources{}
-	cpuReq := c.Resources.Requests.Cpu()
-	cpuLim := c.Resources.Limits.Cpu()
-	// A limit without a request gets shares from the limit, as the API server would
-	// have defaulted the request to it.
-	if cpuReq.IsZero() && !cpuLim.IsZero() {
-		res.CpuShares = int64(MilliCPUToShares(cpuLim.MilliValue()))
-	} else {
-		res.CpuShares = int64(MilliCPUToShares(cpuReq.MilliValue()))
-	}
-	if memLim := c.Resources.Limits.Memory().Value(); memLim != 0 {
-		res.MemoryLimitInBytes = memLim
-	}
-	if opts.CPUCFSQuota {
-		period := opts.PeriodMicros()
-		res.CpuPeriod = period
-		res.CpuQuota = MilliCPUToQuota(cpuLim.MilliValue(), period)
-	}
+	_, hasCPUReq := c.Resources.Requests[v1.ResourceCPU]
+	res := linuxResources(c.Resources.Requests.Cpu().MilliValue(), hasCPUReq, c.Resources.Limits.Cpu().MilliValue(),
+		c.Resources.Limits.Memory().Value(), opts)
 	if opts.CgroupV2 && !opts.SingleProcessOOMKill {
 		res.Unified = map[string]string{cgroup2OOMGroupFilename: "1"}
 	}
@@ -205,4 +190,44 @@ func configureSwap(res *runtimeapi.LinuxContainerResources, pod *v1.Pod, c *v1.C
 	}
 	res.Unified[Cgroup2MaxSwapFilename] = strconv.FormatInt(swap, 10)
 	return warnings
+}
+
+// linuxResources maps cpu request/limit (milli-cpu) and memory limit (bytes) to CRI
+// resources. A cpu limit without a request gives shares from the limit, as the API
+// server would have defaulted the request to it; an explicit request wins, even 0.
+func linuxResources(cpuReqMilli int64, hasCPUReq bool, cpuLimMilli, memLim int64, opts ResourceOptions) *runtimeapi.LinuxContainerResources {
+	res := &runtimeapi.LinuxContainerResources{}
+	if !hasCPUReq {
+		res.CpuShares = int64(MilliCPUToShares(cpuLimMilli))
+	} else {
+		res.CpuShares = int64(MilliCPUToShares(cpuReqMilli))
+	}
+	if memLim != 0 {
+		res.MemoryLimitInBytes = memLim
+	}
+	if opts.CPUCFSQuota {
+		period := opts.PeriodMicros()
+		res.CpuPeriod = period
+		res.CpuQuota = MilliCPUToQuota(cpuLimMilli, period)
+	}
+	return res
+}
+
+// SandboxResources are the pod-level resources for PodSandboxConfig.Linux.Resources
+// (summed requests and limits of the containers, without overhead) and
+// PodSandboxConfig.Linux.Overhead (the pod overhead alone; nil without one), which
+// the runtime may use to size the sandbox.
+func SandboxResources(pod *v1.Pod, opts ResourceOptions) (resources, overhead *runtimeapi.LinuxContainerResources) {
+	noOverhead := pod.DeepCopy()
+	noOverhead.Spec.Overhead = nil
+	cpuReq, _ := podAggregate(noOverhead, requestsOf, v1.ResourceCPU, false)
+	hasCPUReq := !cpuReq.IsZero()
+	cpuLim, _ := podAggregate(noOverhead, limitsOf, v1.ResourceCPU, true)
+	memLim, _ := podAggregate(noOverhead, limitsOf, v1.ResourceMemory, true)
+	resources = linuxResources(cpuReq.MilliValue(), hasCPUReq, cpuLim.MilliValue(), memLim.Value(), opts)
+	if pod.Spec.Overhead != nil {
+		cpu := pod.Spec.Overhead.Cpu().MilliValue()
+		overhead = linuxResources(cpu, true, cpu, pod.Spec.Overhead.Memory().Value(), opts)
+	}
+	return resources, overhead
 }

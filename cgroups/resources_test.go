@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -195,5 +196,38 @@ func TestContainerSwapBehaviorSingleProcessOOMKill(t *testing.T) {
 	got, _ := ContainerResources(pod, &pod.Spec.Containers[0], nodeMem, ResourceOptions{CgroupV2: true, SingleProcessOOMKill: true})
 	if _, ok := got.Unified["memory.oom.group"]; ok {
 		t.Errorf("singleProcessOOMKill: Unified = %v, want no memory.oom.group", got.Unified)
+	}
+}
+
+func TestContainerResourcesExplicitZeroCPURequest(t *testing.T) {
+	// Upstream takes an explicit request over the limit, even when it is 0.
+	pod := podWith("u", res("0", "", "2", ""))
+	got, _ := ContainerResources(pod, &pod.Spec.Containers[0], nodeMem, ResourceOptions{CPUCFSQuota: true})
+	if got.CpuShares != 2 || got.CpuQuota != 200000 {
+		t.Errorf("shares=%d quota=%d, want 2 and 200000", got.CpuShares, got.CpuQuota)
+	}
+}
+
+func TestSandboxResources(t *testing.T) {
+	pod := podWith("u", res("250m", "", "500m", "512Mi"), res("250m", "", "1", "1Gi"))
+	res, over := SandboxResources(pod, ResourceOptions{CPUCFSQuota: true})
+	if res.CpuShares != 512 || res.CpuQuota != 150000 || res.CpuPeriod != 100000 || res.MemoryLimitInBytes != 1536<<20 {
+		t.Errorf("resources = %+v", res)
+	}
+	if over != nil {
+		t.Errorf("overhead without pod overhead = %+v, want nil", over)
+	}
+	pod.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("64Mi")}
+	res, over = SandboxResources(pod, ResourceOptions{CPUCFSQuota: true})
+	if res.CpuShares != 512 || res.MemoryLimitInBytes != 1536<<20 {
+		t.Errorf("resources must exclude overhead: %+v", res)
+	}
+	if over == nil || over.CpuShares != 102 || over.CpuQuota != 10000 || over.MemoryLimitInBytes != 64<<20 {
+		t.Errorf("overhead = %+v", over)
+	}
+	be := podWith("u", bestEffortRes)
+	res, _ = SandboxResources(be, ResourceOptions{})
+	if res.CpuShares != 2 || res.MemoryLimitInBytes != 0 {
+		t.Errorf("besteffort sandbox = %+v", res)
 	}
 }

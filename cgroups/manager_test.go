@@ -376,6 +376,12 @@ func TestPodResourceConfig(t *testing.T) {
 			p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("1Gi")}
 			return p
 		}(), true, ResourceConfig{CPUShares: u(204)}},
+		{"pod-level limits replace containers'", func() *v1.Pod {
+			p := podWith("u", res("100m", "", "", ""), bestEffortRes)
+			r := res("1", "", "2", "3Gi")
+			p.Spec.Resources = &r
+			return p
+		}(), true, ResourceConfig{CPUShares: u(1024), CPUQuota: i(200000), CPUPeriod: u(100000), Memory: i(3 * gi)}},
 		{"overhead counts", func() *v1.Pod {
 			p := podWith("u", guaranteedRes)
 			p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("1Gi")}

@@ -202,6 +202,18 @@ func TestQOSClass(t *testing.T) {
 			p.Spec.InitContainers = []v1.Container{{Name: "i", Resources: res("100m", "", "", ""), RestartPolicy: &always}}
 			return p
 		}(), v1.PodQOSBurstable},
+		{"pod-level guaranteed, containers without resources", func() *v1.Pod {
+			p := podWith("u", bestEffortRes)
+			r := res("1", "1Gi", "1", "1Gi")
+			p.Spec.Resources = &r
+			return p
+		}(), v1.PodQOSGuaranteed},
+		{"pod-level memory limit only", func() *v1.Pod {
+			p := podWith("u", guaranteedRes)
+			r := res("", "", "", "1Gi")
+			p.Spec.Resources = &r
+			return p
+		}(), v1.PodQOSBurstable},
 		{"status wins", func() *v1.Pod {
 			p := podWith("u", bestEffortRes)
 			p.Status.QOSClass = v1.PodQOSGuaranteed

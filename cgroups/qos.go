@@ -49,7 +49,26 @@ func ComputeQOSClass(pod *v1.Pod) v1.PodQOSClass {
 		sum.Add(q)
 		l[name] = sum
 	}
+	if podLevelResourcesSet(pod) {
+		// Pod-level resources (PodLevelResources) decide the class on their own.
+		for name, q := range pod.Spec.Resources.Requests {
+			if qosResource(name) && q.Sign() > 0 {
+				requests[name] = q.DeepCopy()
+			}
+		}
+		for name, q := range pod.Spec.Resources.Limits {
+			if qosResource(name) && q.Sign() > 0 {
+				limits[name] = q.DeepCopy()
+			}
+		}
+		if limits.Cpu().IsZero() || limits.Memory().IsZero() {
+			guaranteed = false
+		}
+	}
 	all := append(append([]v1.Container{}, pod.Spec.Containers...), pod.Spec.InitContainers...)
+	if podLevelResourcesSet(pod) {
+		all = nil
+	}
 	for _, c := range all {
 		for name, q := range c.Resources.Requests {
 			if qosResource(name) && q.Sign() > 0 {
@@ -82,6 +101,25 @@ func ComputeQOSClass(pod *v1.Pod) v1.PodQOSClass {
 		return v1.PodQOSGuaranteed
 	}
 	return v1.PodQOSBurstable
+}
+
+// podLevelResourcesSet: the pod sets cpu or memory in spec.resources.
+func podLevelResourcesSet(pod *v1.Pod) bool {
+	r := pod.Spec.Resources
+	if r == nil {
+		return false
+	}
+	for name := range r.Requests {
+		if qosResource(name) {
+			return true
+		}
+	}
+	for name := range r.Limits {
+		if qosResource(name) {
+			return true
+		}
+	}
+	return false
 }
 
 func qosResource(n v1.ResourceName) bool { return n == v1.ResourceCPU || n == v1.ResourceMemory }
@@ -174,6 +212,19 @@ func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1
 	}
 	if maxInit.Cmp(sum) > 0 {
 		sum = maxInit
+	}
+	if podLevelResourcesSet(pod) {
+		// A pod-level value replaces the containers' sum; a pod-level limit makes
+		// the pod limited whatever its containers say.
+		pl := pod.Spec.Resources.Requests
+		if isLimit {
+			pl = pod.Spec.Resources.Limits
+		}
+		if q, ok := pl[name]; ok {
+			sum, declared = q.DeepCopy(), true
+		} else if isLimit {
+			declared = false
+		}
 	}
 	if o, ok := pod.Spec.Overhead[name]; ok && (!isLimit || !sum.IsZero()) {
 		sum.Add(o)

@@ -346,8 +346,11 @@ func TestRankForMemory(t *testing.T) {
 			}
 		})
 	}
-	got := RankForMemory([]*v1.Pod{burstOver}, stats)
+	got := RankForMemory([]*v1.Pod{burstOver, burstUnder}, stats)
 	if w := got[0].Why; w != "memory usage 200Mi exceeds request 100Mi; priority 0; 100Mi above request" {
+		t.Errorf("why = %q", w)
+	}
+	if w := got[1].Why; w != "memory usage 300Mi within request 500Mi; priority 0; 200Mi below request" {
 		t.Errorf("why = %q", w)
 	}
 }

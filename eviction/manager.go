@@ -182,7 +182,8 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(d.Victim.Pod), "signal", d.Threshold.Signal,
 		"observed", d.Observed.Available.String(), "gracePeriod", d.GracePeriodSeconds, "explanation", d.Explanation)
 	if m.recorder != nil {
-		m.recorder.AnnotatedEventf(d.Victim.Pod, d.EventAnnotations, v1.EventTypeWarning, Reason, "%s", d.Status.Message)
+		// Beyond upstream: the event carries the whole decision, not just the status message.
+		m.recorder.AnnotatedEventf(d.Victim.Pod, d.EventAnnotations, v1.EventTypeWarning, Reason, "%s Decision: %s", d.Status.Message, d.Explanation)
 	}
 	if err := m.killer.EvictPod(ctx, d.Victim.Pod, d.GracePeriodSeconds, d.Status); err != nil {
 		return d, fmt.Errorf("evicting pod %s: %w", podKey(d.Victim.Pod), err)

@@ -126,6 +126,10 @@ func TestManagerMemoryEvictionAndConditions(t *testing.T) {
 	if !m.HasCondition(v1.NodeMemoryPressure) {
 		t.Error("MemoryPressure not reported")
 	}
+	if len(node.events) < 2 || !strings.Contains(node.events[1], "Decision: signal memory.available observed 50Mi, threshold 100Mi (hard); ranking: 1. default/besteffort") ||
+		!strings.HasSuffix(node.events[1], "starved=memory") {
+		t.Errorf("Evicted event lacks the decision: %q", node.events)
+	}
 	if r := m.Admit(be); r.Admit {
 		t.Error("best effort admitted under memory pressure")
 	}

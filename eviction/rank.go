@@ -143,8 +143,12 @@ func describe(c Candidate, what string) string {
 	if c.exceeds() {
 		rel = "exceeds"
 	}
-	return fmt.Sprintf("%s usage %s %s request %s; priority %d; %s above request",
-		what, c.Usage.String(), rel, c.Request.String(), podPriority(c.Pod), resource.NewQuantity(c.overRequest(), c.Usage.Format).String())
+	over, dir := c.overRequest(), "above"
+	if over < 0 {
+		over, dir = -over, "below"
+	}
+	return fmt.Sprintf("%s usage %s %s request %s; priority %d; %s %s request",
+		what, c.Usage.String(), rel, c.Request.String(), podPriority(c.Pod), resource.NewQuantity(over, c.Usage.Format).String(), dir)
 }
 
 // RankForMemory orders pods for memory pressure: pods whose working set

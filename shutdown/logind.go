@@ -400,33 +400,46 @@ func (i *Inhibitor) reloadLogind(ctx context.Context) error {
 	return nil
 }
 
-// overridingDropIns lists files in the drop-in's directory that sort after it and set
-// InhibitDelayMaxSec (the cause of kubernetes#102818).
+// overridingDropIns lists drop-ins that sort after nodelet's and set InhibitDelayMaxSec: logind
+// merges the drop-in directories and applies files by name, so these win (kubernetes#102818).
+// With the default path, logind's other drop-in directories are searched too.
 func overridingDropIns(path string) []string {
-	dir, base := filepath.Dir(path), filepath.Base(path)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
+	dirs := []string{filepath.Dir(path)}
+	if path == DefaultDropInPath {
+		dirs = append(dirs, "/run/systemd/logind.conf.d", "/usr/local/lib/systemd/logind.conf.d", "/usr/lib/systemd/logind.conf.d")
 	}
+	base := filepath.Base(path)
 	var out []string
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") || e.Name() <= base {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if strings.HasPrefix(strings.TrimSpace(sc.Text()), "InhibitDelayMaxSec") {
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") || e.Name() <= base {
+				continue
+			}
+			if setsInhibitDelay(filepath.Join(dir, e.Name())) {
 				out = append(out, filepath.Join(dir, e.Name()))
-				break
 			}
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+func setsInhibitDelay(file string) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if strings.HasPrefix(strings.TrimSpace(sc.Text()), "InhibitDelayMaxSec") {
+			return true
+		}
+	}
+	return false
 }
 
 // Acquire takes the delay inhibitor lock for shutdown, unless already held. Until Release it

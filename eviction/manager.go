@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -68,14 +69,30 @@ type Manager struct {
 
 	mu         sync.RWMutex
 	conditions []v1.NodeConditionType
+
+	evictions *prometheus.CounterVec // nil without a registerer
+}
+
+// ManagerOption configures a Manager.
+type ManagerOption func(*managerOptions)
+
+type managerOptions struct{ reg prometheus.Registerer }
+
+// WithRegisterer registers kubelet_evictions{eviction_signal} on reg.
+func WithRegisterer(reg prometheus.Registerer) ManagerOption {
+	return func(o *managerOptions) { o.reg = reg }
 }
 
 // NewManager wires a Manager. recorder may be nil.
-func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer NodeReclaimer, killer PodKiller, activePods func() []*v1.Pod, recorder EventRecorder) *Manager {
+func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer NodeReclaimer, killer PodKiller, activePods func() []*v1.Pod, recorder EventRecorder, opts ...ManagerOption) (*Manager, error) {
 	if cfg.MonitoringInterval <= 0 {
 		cfg.MonitoringInterval = DefaultMonitoringInterval
 	}
-	return &Manager{
+	var o managerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m := &Manager{
 		cfg:        cfg,
 		clock:      clk,
 		stats:      stats,
@@ -85,6 +102,17 @@ func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer
 		recorder:   recorder,
 		tracker:    NewTracker(clk, cfg.PressureTransitionPeriod),
 	}
+	if o.reg != nil {
+		m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet",
+			Name:      "evictions",
+			Help:      "Cumulative number of pod evictions by eviction signal",
+		}, []string{"eviction_signal"})
+		if err := o.reg.Register(m.evictions); err != nil {
+			return nil, fmt.Errorf("registering eviction metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // Run synchronizes every MonitoringInterval until ctx ends.
@@ -187,6 +215,9 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	}
 	if err := m.killer.EvictPod(ctx, d.Victim.Pod, d.GracePeriodSeconds, d.Status); err != nil {
 		return d, fmt.Errorf("evicting pod %s: %w", podKey(d.Victim.Pod), err)
+	}
+	if m.evictions != nil {
+		m.evictions.WithLabelValues(string(d.Threshold.Signal)).Inc()
 	}
 	return d, nil
 }

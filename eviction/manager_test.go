@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -91,11 +93,12 @@ func TestManagerMemoryEvictionAndConditions(t *testing.T) {
 	node := &fakeNode{}
 	node.stats.Pods = []PodStats{memStats(be, 100*mi), memStats(guaranteed, 400*mi)}
 	node.setMemory(500 * mi)
-	m := NewManager(Config{
+	reg := prometheus.NewRegistry()
+	m := mustManager(t)(NewManager(Config{
 		Thresholds:               mustParse(t, map[string]string{"memory.available": "<100Mi"}),
 		PressureTransitionPeriod: time.Minute,
 		NodeRef:                  &v1.ObjectReference{Kind: "Node", Name: "n1"},
-	}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{guaranteed, be} }, node)
+	}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{guaranteed, be} }, node, WithRegisterer(reg)))
 	ctx := context.Background()
 
 	if _, err := m.Synchronize(ctx); err != nil {
@@ -119,6 +122,9 @@ func TestManagerMemoryEvictionAndConditions(t *testing.T) {
 	}
 	if len(node.reclaimed) != 0 {
 		t.Errorf("memory pressure ran node reclaim %v", node.reclaimed)
+	}
+	if got := testutil.ToFloat64(m.evictions.WithLabelValues("memory.available")); got != 1 {
+		t.Errorf("kubelet_evictions{eviction_signal=memory.available} = %v, want 1", got)
 	}
 	if node.statuses[0].Reason != "Evicted" || !strings.HasPrefix(node.statuses[0].Message, "The node was low on resource: memory.") {
 		t.Errorf("status %+v", node.statuses[0])
@@ -181,8 +187,8 @@ func TestManagerDiskReclaimFirst(t *testing.T) {
 			node := &fakeNode{stats: diskNode(50)}
 			node.stats.Pods = []PodStats{diskStats(pod, 100, 0, 300)}
 			node.onReclaim = func(s *Stats) { s.NodeFs.AvailableBytes = u(tc.afterGC) }
-			m := NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "<10%"})},
-				clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil)
+			m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "<10%"})},
+				clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil))
 			d, err := m.Synchronize(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -213,7 +219,7 @@ func TestManagerSoftGraceAndStatsError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewManager(Config{Thresholds: th, MaxPodGracePeriodSeconds: 5}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil)
+	m := mustManager(t)(NewManager(Config{Thresholds: th, MaxPodGracePeriodSeconds: 5}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil))
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := m.Synchronize(ctx); err != nil {
@@ -240,8 +246,8 @@ func TestManagerRunTicks(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	node := &fakeNode{synced: make(chan struct{}, 1)}
 	node.setMemory(100 * mi)
-	m := NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"})},
-		clk, node, node, node, func() []*v1.Pod { return nil }, nil)
+	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"})},
+		clk, node, node, node, func() []*v1.Pod { return nil }, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
@@ -266,5 +272,15 @@ func TestManagerRunTicks(t *testing.T) {
 	defer node.mu.Unlock()
 	if node.calls != 3 {
 		t.Errorf("stats read %d times, want 3", node.calls)
+	}
+}
+
+func mustManager(t *testing.T) func(*Manager, error) *Manager {
+	return func(m *Manager, err error) *Manager {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
 	}
 }

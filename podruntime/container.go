@@ -350,7 +350,8 @@ func milliCPUToQuota(milli, period int64) int64 {
 }
 
 // oomScoreAdj follows the upstream QoS policy: Guaranteed -997, BestEffort 1000,
-// Burstable 1000 - 1000*memoryRequest/capacity within [2, 999] (node-critical pods -997).
+// Burstable 1000 - 1000*memoryRequest/capacity within [3, 999] (node-critical pods -997);
+// 3 is the upstream floor (1000 + the Guaranteed score), so a Burstable pod never ties one.
 func oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
 	if pod.Spec.Priority != nil && *pod.Spec.Priority >= 2000001000 {
 		return -997
@@ -366,8 +367,8 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
 		return 999
 	}
 	adj := 1000 - (1000*req)/capacity
-	if adj < 2 {
-		adj = 2
+	if adj < 3 {
+		adj = 3
 	}
 	if adj >= 1000 {
 		adj = 999

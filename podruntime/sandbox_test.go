@@ -127,7 +127,7 @@ func TestOOMScoreAdj(t *testing.T) {
 			Requests: v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")},
 			Limits:   v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")}}, -997},
 		{"burstable, a quarter of memory", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("1Gi")}}, 750},
-		{"burstable, all memory is clamped to 2", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("4Gi")}}, 2},
+		{"burstable, all memory is clamped to 3", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("4Gi")}}, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

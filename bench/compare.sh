@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Side-by-side pod start and footprint: nodelet and, when built, the upstream kubelet,
+# one after the other on the same rig in one run, with the same generated
+# KubeletConfiguration and flags (the kubelet takes nodelet's command line as is).
+#   bash bench/compare.sh            # needs the rig up: test/rig/up.sh
+#   BENCH_PODS=50 bash bench/compare.sh
+# Build the upstream kubelet for it with: bash bench/build-kubelet.sh
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+export PATH=/usr/local/go/bin:$PATH
+go build -o _output/nodelet ./cmd/nodelet
+KUBELET=${KUBELET_BIN:-/var/cache/nodelet-rig/v1.37.2/bin/kubelet}
+declare -A bins=([nodelet]="$REPO/_output/nodelet")
+[ -x "$KUBELET" ] && bins[kubelet]=$KUBELET || echo "no upstream kubelet at $KUBELET: run bench/build-kubelet.sh for the comparison"
+for name in nodelet kubelet; do
+	[ -n "${bins[$name]:-}" ] || continue
+	echo "=== $name (${bins[$name]})"
+	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run TestPodStartup ./bench/ |
+		grep -E '^BENCH|FAIL' | sed "s/^BENCH /$name: /"
+done

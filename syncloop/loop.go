@@ -94,6 +94,9 @@ type Deps struct {
 	Recorder   record.EventRecorder
 	Clock      clock.WithTicker
 	Registerer prometheus.Registerer // optional
+	// Admitters are extra admission checks (node shutdown, pressure); the first
+	// rejection wins.
+	Admitters []func(pod *v1.Pod) *Rejection
 }
 
 // Loop is the sync loop.
@@ -297,7 +300,49 @@ func (l *Loop) admit(pod *v1.Pod) *Rejection {
 		}
 	}
 	l.mu.Unlock()
+	for _, a := range l.deps.Admitters {
+		if rej := a(pod); rej != nil {
+			return rej
+		}
+	}
 	return Admit(pod, active, l.deps.Node().Allocatable, l.deps.NodeLabels())
+}
+
+// ActivePods returns the pods this node is running (admitted and not terminating).
+func (l *Loop) ActivePods() []*v1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*v1.Pod
+	for uid, w := range l.workers {
+		if p := l.pods[uid]; p != nil && w.active() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// KillPod stops a pod for a node-level reason (shutdown, eviction) with the given
+// grace period, lets status adjust its final status, and returns once the pod's
+// containers are stopped or ctx is done. The pod stays known (it is not deleted).
+func (l *Loop) KillPod(ctx context.Context, pod *v1.Pod, grace time.Duration, status func(*v1.PodStatus)) error {
+	l.mu.Lock()
+	w := l.workers[pod.UID]
+	current := l.pods[pod.UID]
+	l.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	if current == nil {
+		current = pod
+	}
+	secs := int64(grace.Round(time.Second) / time.Second)
+	w.update(&update{pod: current, grace: &secs, statusFn: status})
+	select {
+	case <-w.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for pod %s/%s to stop: %w", pod.Namespace, pod.Name, ctx.Err())
+	}
 }
 
 // CanDeletePod tells the status manager when a deleted pod's resources are

@@ -303,3 +303,49 @@ func TestCrashingContainerIsRestarted(t *testing.T) {
 			s.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff" && s.ContainerStatuses[0].RestartCount == 1
 	})
 }
+
+func TestKillPodForNodeShutdown(t *testing.T) {
+	r := newRig(t, nil)
+	r.ready()
+	pod := newPod("uid-6", "victim")
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-6")) == 1 })
+	eventually(t, "the pod to be active", func() bool { return len(r.loop.ActivePods()) == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := r.loop.KillPod(ctx, pod, time.Second, func(s *v1.PodStatus) {
+		s.Phase, s.Reason, s.Message = v1.PodFailed, "Terminated", "Pod was terminated in response to imminent node shutdown."
+	})
+	if err != nil {
+		t.Fatalf("KillPod: %v", err)
+	}
+	if n := running(r.containers(t, "uid-6")); n != 0 {
+		t.Fatalf("%d containers still running after KillPod returned", n)
+	}
+	s, _ := r.status.GetPodStatus(pod.UID)
+	if s.Phase != v1.PodFailed || s.Reason != "Terminated" {
+		t.Fatalf("status = %s/%s, want Failed/Terminated", s.Phase, s.Reason)
+	}
+	if len(r.loop.ActivePods()) != 0 {
+		t.Fatal("a killed pod is still listed as active")
+	}
+	// A node-level kill stops the pod but does not delete it: its containers stay for logs.
+	if len(r.containers(t, "uid-6")) == 0 {
+		t.Fatal("a pod killed for shutdown must keep its (stopped) containers")
+	}
+}
+
+func TestAdmittersRejectFirst(t *testing.T) {
+	r := newRig(t, nil)
+	r.loop.deps.Admitters = []func(*v1.Pod) *Rejection{func(*v1.Pod) *Rejection {
+		return &Rejection{Reason: "NodeShutdown", Message: "Pod was rejected as the node is shutting down."}
+	}}
+	r.ready()
+	pod := newPod("uid-7", "late")
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	eventually(t, "the pod to be rejected", func() bool {
+		s, ok := r.status.GetPodStatus(pod.UID)
+		return ok && s.Phase == v1.PodFailed && s.Reason == "NodeShutdown"
+	})
+}

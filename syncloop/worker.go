@@ -32,6 +32,9 @@ type update struct {
 	pod     *v1.Pod
 	removed bool   // gone from its source
 	grace   *int64 // kill with this grace period instead of the pod's
+	// statusFn adjusts the final status of a pod killed for a node-level reason
+	// (shutdown, eviction): phase, reason, DisruptionTarget.
+	statusFn func(*v1.PodStatus)
 }
 
 // worker owns one pod UID. Its goroutine is the only one that syncs that pod.
@@ -39,6 +42,9 @@ type worker struct {
 	uid  types.UID
 	wake chan struct{}
 	done chan struct{}
+	// stopped is closed once the pod's containers are stopped (terminated or finished).
+	stopped     chan struct{}
+	stoppedOnce sync.Once
 
 	mu        sync.Mutex
 	pending   *update
@@ -55,7 +61,7 @@ type worker struct {
 }
 
 func newWorker(uid types.UID, loopStart time.Time) *worker {
-	return &worker{uid: uid, wake: make(chan struct{}, 1), done: make(chan struct{}), lastSync: loopStart}
+	return &worker{uid: uid, wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}), lastSync: loopStart}
 }
 
 func (w *worker) lock()   { w.mu.Lock() }
@@ -64,16 +70,16 @@ func (w *worker) unlock() { w.mu.Unlock() }
 // update records u, keeping the removal flag and the shortest grace period seen.
 func (w *worker) update(u *update) {
 	w.lock()
-	if prev := w.pending; prev != nil {
+	for _, prev := range []*update{w.pending, w.current} {
+		if prev == nil {
+			continue
+		}
 		u.removed = u.removed || prev.removed
 		if prev.grace != nil && (u.grace == nil || *prev.grace < *u.grace) {
 			u.grace = prev.grace
 		}
-	}
-	if cur := w.current; cur != nil {
-		u.removed = u.removed || cur.removed
-		if cur.grace != nil && (u.grace == nil || *cur.grace < *u.grace) {
-			u.grace = cur.grace
+		if u.statusFn == nil {
+			u.statusFn = prev.statusFn
 		}
 	}
 	w.pending = u
@@ -134,6 +140,8 @@ func (w *worker) isReclaimed() bool {
 	defer w.unlock()
 	return w.reclaimed
 }
+
+func (w *worker) markStopped() { w.stoppedOnce.Do(func() { close(w.stopped) }) }
 
 func (w *worker) stop() {
 	select {
@@ -207,7 +215,10 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 	deleting := u.removed || pod.DeletionTimestamp != nil
 
 	state := w.getState()
-	if state == stateSync && (deleting || u.grace != nil || podstatus.IsTerminal(prev.Phase)) {
+	if state >= stateTerminated {
+		w.markStopped()
+	}
+	if state == stateSync && (deleting || u.grace != nil || u.statusFn != nil || podstatus.IsTerminal(prev.Phase)) {
 		state = stateTerminating
 		w.setState(state)
 	}
@@ -262,9 +273,13 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 			return
 		}
 		final := l.generate(pod, st, prev, nil, true)
-		if deleting || podstatus.IsTerminal(final.Phase) || podstatus.IsTerminal(prev.Phase) {
+		if u.statusFn != nil {
+			u.statusFn(&final)
+		}
+		if deleting || u.statusFn != nil || podstatus.IsTerminal(final.Phase) || podstatus.IsTerminal(prev.Phase) {
 			l.deps.Status.SetPodStatus(pod, final)
 		}
+		w.markStopped()
 		logger.V(2).Info("Pod terminated", "phase", final.Phase)
 		w.setState(stateTerminated)
 		fallthrough

@@ -112,6 +112,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		go func() { defer wg.Done(); f() }()
 	}
 
+	var graceful *gracefulShutdown // set once the loop exists; nil means the feature is off
 	cache := pleg.NewCache(clk)
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
 	health := newRuntimeHealth(rt, clk)
@@ -132,7 +133,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		if err := gpleg.Healthy(); err != nil {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
 		}
-		return reasons
+		return append(reasons, graceful.notReady()...)
 	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt))
 	if err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
@@ -223,7 +224,24 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}, syncloop.Deps{
 		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
+		Admitters: []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
 	})
+	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
+	if err != nil {
+		return err
+	}
+	if graceful != nil {
+		defer graceful.inh.Close()
+		goRun(func() {
+			graceful.mgr.Run(ctx, graceful.inh, func(shuttingDown bool) {
+				logger.Info("Node shutdown state changed", "shuttingDown", shuttingDown)
+				if shuttingDown {
+					recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}, v1.EventTypeNormal, "NodeShutdown", "Shutdown manager detected shutdown event")
+				}
+				nodeCtl.TriggerStatusUpdate()
+			})
+		})
+	}
 
 	goRun(func() { health.run(ctx) })
 	goRun(func() { gpleg.Start(ctx) })

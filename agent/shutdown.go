@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/shutdown"
+	"github.com/nodelet/nodelet/syncloop"
+)
+
+// Environment variables for the shutdown wiring. The system bus address follows the
+// D-Bus convention; the drop-in path is configurable so tests need not touch /etc.
+const (
+	envSystemBus    = "DBUS_SYSTEM_BUS_ADDRESS"
+	envLogindDropIn = "NODELET_LOGIND_DROPIN"
+)
+
+// gracefulShutdown is the graceful node shutdown feature, when enabled.
+type gracefulShutdown struct {
+	mgr *shutdown.Manager
+	inh *shutdown.Inhibitor
+}
+
+// setUpShutdown enables graceful node shutdown when the config asks for it. No bus
+// or no logind is a loud warning, not a failure: the rest of nodelet runs.
+func setUpShutdown(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string, loop *syncloop.Loop, clk clock.Clock, reg prometheus.Registerer) (*gracefulShutdown, error) {
+	logger := klog.FromContext(ctx)
+	groups, err := shutdown.Groups(kc)
+	if err != nil {
+		return nil, fmt.Errorf("graceful node shutdown config: %w", err)
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{
+		BusAddress: os.Getenv(envSystemBus), DropInPath: os.Getenv(envLogindDropIn), Clock: clk, Registerer: reg,
+	})
+	if err != nil {
+		logger.Error(err, "Graceful node shutdown is OFF: cannot reach logind over the system D-Bus; pods will be killed abruptly at shutdown")
+		return nil, nil
+	}
+	total := shutdown.TotalGrace(groups)
+	check, err := inh.EnsureInhibitDelay(ctx, total)
+	switch {
+	case err != nil:
+		logger.Error(err, "Graceful node shutdown: could not check or raise logind's InhibitDelayMaxSec", "wanted", total)
+	case !check.OK():
+		logger.Error(nil, "Graceful node shutdown: logind will not wait long enough for pods to stop",
+			"wantedInhibitDelay", check.Wanted, "inhibitDelayBefore", check.Before, "inhibitDelayAfter", check.After,
+			"dropIn", check.DropInPath, "overriddenBy", check.Overrides)
+	default:
+		logger.Info("Graceful node shutdown enabled", "groups", len(groups), "totalGrace", total, "inhibitDelayMax", check.After, "wroteDropIn", check.WroteDropIn)
+	}
+	mgr, err := shutdown.NewManager(shutdown.Options{
+		Groups: groups, Killer: loop, Lister: loop.ActivePods, RootDir: rootDir, Clock: clk, Registerer: reg,
+	})
+	if err != nil {
+		_ = inh.Close()
+		return nil, fmt.Errorf("setting up graceful node shutdown: %w", err)
+	}
+	return &gracefulShutdown{mgr: mgr, inh: inh}, nil
+}
+
+func (g *gracefulShutdown) admit(pod *v1.Pod) *syncloop.Rejection {
+	if g == nil {
+		return nil
+	}
+	if ok, reason, msg := g.mgr.Admit(pod); !ok {
+		return &syncloop.Rejection{Reason: reason, Message: msg}
+	}
+	return nil
+}
+
+func (g *gracefulShutdown) notReady() []string {
+	if g == nil {
+		return nil
+	}
+	return g.mgr.NotReadyReasons()
+}
+
+// PrintShutdownPlan implements `nodelet shutdown plan`: the groups, the pods in each,
+// their grace, the total and whether logind allows it, for the running node.
+func PrintShutdownPlan(ctx context.Context, w io.Writer, opts *config.Options) error {
+	groups, err := shutdown.Groups(opts.Config)
+	if err != nil {
+		return fmt.Errorf("graceful node shutdown config: %w", err)
+	}
+	var pods []*v1.Pod
+	if opts.Kubeconfig != "" {
+		nodeName, err := config.NodeName(opts.HostnameOverride)
+		if err != nil {
+			return err
+		}
+		client, _, err := newClients(opts.Kubeconfig, opts.Config)
+		if err != nil {
+			return err
+		}
+		pods, err = nodePods(ctx, client, nodeName)
+		if err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(w, "(no --kubeconfig: showing groups only)")
+	}
+	var logindMax time.Duration
+	known := false
+	if len(groups) > 0 {
+		if inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{BusAddress: os.Getenv(envSystemBus)}); err == nil {
+			if d, err := inh.InhibitDelayMax(ctx); err == nil {
+				logindMax, known = d, true
+			}
+			_ = inh.Close()
+		}
+	}
+	return shutdown.FormatPlan(w, shutdown.Plan(groups, pods), logindMax, known)
+}
+
+func nodePods(ctx context.Context, client kubernetes.Interface, nodeName string) ([]*v1.Pod, error) {
+	list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", nodeName, err)
+	}
+	var out []*v1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

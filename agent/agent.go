@@ -153,6 +153,16 @@ func Run(ctx context.Context, opts *config.Options) error {
 		return opts.NodeLabels
 	}
 
+	cg, err := setUpCgroups(ctx, kc, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity))
+	if err != nil {
+		return err
+	}
+	var podCgroups podruntime.PodCgroups
+	var cgroupCleaner syncloop.PodCgroups
+	if cg.mgr != nil {
+		podCgroups, cgroupCleaner = cg.mgr, cg.mgr
+	}
+
 	var kubeGetter volumes.KubeGetter
 	if client != nil {
 		kubeGetter = volumes.KubeGetterFromClientset(client)
@@ -180,10 +190,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 		ClusterDNS:            kc.ClusterDNS,
 		ClusterDomain:         kc.ClusterDomain,
 		ResolvConf:            ptr.Deref(kc.ResolverConfig, ""),
-		CPUCFSQuota:           kc.CPUCFSQuota == nil || *kc.CPUCFSQuota,
-		CPUCFSQuotaPeriod:     kc.CPUCFSQuotaPeriod.Duration,
 		MaxParallelImagePulls: maxPulls,
 		CrashLoopBackOffMax:   crashMax,
+		Resources:             cg.resources,
+		CgroupParentFunc:      cg.cgroupParent,
+		PodCgroups:            podCgroups,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	var sources []string
@@ -224,7 +235,8 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}, syncloop.Deps{
 		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
-		Admitters: []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
+		PodCgroups: cgroupCleaner,
+		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
 	})
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/pleg"
@@ -247,21 +248,10 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 
 // linuxContainerConfig maps resources and the security context.
 func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) *runtimeapi.LinuxContainerConfig {
-	res := &runtimeapi.LinuxContainerResources{}
-	cpuReq := c.Resources.Requests.Cpu().MilliValue()
-	if cpuReq == 0 && !c.Resources.Limits.Cpu().IsZero() {
-		cpuReq = c.Resources.Limits.Cpu().MilliValue()
+	res, warnings := cgroups.ContainerResources(pod, c, m.memoryCapacity(), m.cfg.Resources)
+	for _, w := range warnings {
+		klog.V(2).InfoS("Container resources", "pod", klog.KObj(pod), "container", c.Name, "warning", w)
 	}
-	res.CpuShares = milliCPUToShares(cpuReq)
-	if lim := c.Resources.Limits.Cpu().MilliValue(); lim > 0 && m.cfg.CPUCFSQuota {
-		period := m.cfg.CPUCFSQuotaPeriod.Microseconds()
-		res.CpuPeriod = period
-		res.CpuQuota = milliCPUToQuota(lim, period)
-	}
-	if lim := c.Resources.Limits.Memory().Value(); lim > 0 {
-		res.MemoryLimitInBytes = lim
-	}
-	res.OomScoreAdj = oomScoreAdj(pod, c, m.memoryCapacity())
 
 	sc := &runtimeapi.LinuxContainerSecurityContext{
 		NamespaceOptions: sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
@@ -320,60 +310,6 @@ func (m *Manager) memoryCapacity() int64 {
 		return n.MemoryCapacity
 	}
 	return n.Allocatable.Memory().Value()
-}
-
-// CPU share and quota arithmetic as cgroups define it.
-const (
-	minShares     = 2
-	sharesPerCPU  = 1024
-	milliCPUToCPU = 1000
-	minQuotaUsec  = 1000
-)
-
-func milliCPUToShares(milli int64) int64 {
-	if milli == 0 {
-		return minShares
-	}
-	s := milli * sharesPerCPU / milliCPUToCPU
-	if s < minShares {
-		return minShares
-	}
-	return s
-}
-
-func milliCPUToQuota(milli, period int64) int64 {
-	q := milli * period / milliCPUToCPU
-	if q < minQuotaUsec {
-		return minQuotaUsec
-	}
-	return q
-}
-
-// oomScoreAdj follows the upstream QoS policy: Guaranteed -997, BestEffort 1000,
-// Burstable 1000 - 1000*memoryRequest/capacity within [3, 999] (node-critical pods -997);
-// 3 is the upstream floor (1000 + the Guaranteed score), so a Burstable pod never ties one.
-func oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
-	if pod.Spec.Priority != nil && *pod.Spec.Priority >= 2000001000 {
-		return -997
-	}
-	switch podstatus.QOSClass(pod) {
-	case v1.PodQOSGuaranteed:
-		return -997
-	case v1.PodQOSBestEffort:
-		return 1000
-	}
-	req := c.Resources.Requests.Memory().Value()
-	if capacity <= 0 {
-		return 999
-	}
-	adj := 1000 - (1000*req)/capacity
-	if adj < 3 {
-		adj = 3
-	}
-	if adj >= 1000 {
-		adj = 999
-	}
-	return adj
 }
 
 var errNeverPull = errors.New("image not present with pull policy Never")

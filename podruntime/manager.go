@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
@@ -59,19 +60,26 @@ type NodeFacts struct {
 
 // Config holds the node-wide settings podruntime applies to every pod.
 type Config struct {
-	RootDir           string
-	PodLogsDir        string
-	ClusterDNS        []string
-	ClusterDomain     string
-	ResolvConf        string
-	CPUCFSQuota       bool
-	CPUCFSQuotaPeriod time.Duration
+	RootDir       string
+	PodLogsDir    string
+	ClusterDNS    []string
+	ClusterDomain string
+	ResolvConf    string
 	// MaxParallelImagePulls bounds concurrent pulls; 1 means serialized pulls.
 	MaxParallelImagePulls int
 	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
 	CgroupParentFunc func(pod *v1.Pod) string
 	// CrashLoopBackOffMax caps the restart back-off (default 5m).
 	CrashLoopBackOffMax time.Duration
+	// Resources says how container limits, OOM scores and swap are computed.
+	Resources cgroups.ResourceOptions
+	// PodCgroups, when set, creates each pod's cgroup before its sandbox.
+	PodCgroups PodCgroups
+}
+
+// PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).
+type PodCgroups interface {
+	EnsurePodCgroup(ctx context.Context, pod *v1.Pod) error
 }
 
 // CgroupParent returns the cgroup parent for pod, or "".
@@ -102,9 +110,6 @@ type Manager struct {
 func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, node func() NodeFacts, recorder record.EventRecorder, clk clock.Clock) *Manager {
 	if cfg.CrashLoopBackOffMax == 0 {
 		cfg.CrashLoopBackOffMax = 5 * time.Minute
-	}
-	if cfg.CPUCFSQuotaPeriod == 0 {
-		cfg.CPUCFSQuotaPeriod = 100 * time.Millisecond
 	}
 	if cfg.MaxParallelImagePulls < 1 {
 		cfg.MaxParallelImagePulls = 1
@@ -187,6 +192,12 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	if acts.CreateSandbox {
 		if err := os.MkdirAll(sbCfg.LogDirectory, 0o755); err != nil {
 			return res, fmt.Errorf("creating pod log directory: %w", err)
+		}
+		if pc := m.cfg.PodCgroups; pc != nil {
+			if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create the pod cgroup: %v", err)
+				return res, fmt.Errorf("creating pod cgroup: %w", err)
+			}
 		}
 		id, err := m.rt.RunPodSandbox(ctx, sbCfg, runtimeHandler(pod))
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
@@ -115,30 +114,6 @@ func TestSandboxConfig(t *testing.T) {
 	}
 }
 
-func TestOOMScoreAdj(t *testing.T) {
-	gi := int64(1 << 30)
-	tests := []struct {
-		name string
-		req  v1.ResourceRequirements
-		want int64
-	}{
-		{"best effort", v1.ResourceRequirements{}, 1000},
-		{"guaranteed", v1.ResourceRequirements{
-			Requests: v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")},
-			Limits:   v1.ResourceList{v1.ResourceCPU: resourceMust("1"), v1.ResourceMemory: resourceMust("1Gi")}}, -997},
-		{"burstable, a quarter of memory", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("1Gi")}}, 750},
-		{"burstable, all memory is clamped to 3", v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resourceMust("4Gi")}}, 3},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: tt.req}}}}
-			if got := oomScoreAdj(pod, &pod.Spec.Containers[0], 4*gi); got != tt.want {
-				t.Fatalf("oomScoreAdj = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestPullPolicyDefaults(t *testing.T) {
 	for img, want := range map[string]v1.PullPolicy{
 		"busybox": v1.PullAlways, "busybox:latest": v1.PullAlways, "busybox:1.36": v1.PullIfNotPresent,
@@ -150,5 +125,3 @@ func TestPullPolicyDefaults(t *testing.T) {
 		}
 	}
 }
-
-func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
@@ -65,6 +66,13 @@ type Volumes interface {
 	TearDownPod(ctx context.Context, podUID types.UID) error
 }
 
+// PodCgroups lists and removes pod cgroups, so housekeeping can drop those of
+// pods that no longer run.
+type PodCgroups interface {
+	ListPodCgroups() (map[types.UID]cgroups.CgroupName, error)
+	RemoveCgroup(ctx context.Context, name cgroups.CgroupName) error
+}
+
 // Sources deliver the desired pods.
 type Sources interface {
 	Updates() <-chan podconfig.Update
@@ -94,6 +102,8 @@ type Deps struct {
 	Recorder   record.EventRecorder
 	Clock      clock.WithTicker
 	Registerer prometheus.Registerer // optional
+	// PodCgroups, when set, lets housekeeping remove cgroups of pods that stopped.
+	PodCgroups PodCgroups
 	// Admitters are extra admission checks (node shutdown, pressure); the first
 	// rejection wins.
 	Admitters []func(pod *v1.Pod) *Rejection
@@ -413,6 +423,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 		w.update(&update{pod: pod, removed: true, grace: &grace})
 	}
 	l.cleanupOrphanedPodDirs(ctx, keep)
+	l.cleanupPodCgroups(ctx)
 	l.deps.Runtime.GCBackoff()
 }
 
@@ -429,6 +440,36 @@ func orphanGrace(p *pleg.PodStatus) int64 {
 		}
 	}
 	return 30
+}
+
+// cleanupPodCgroups removes the cgroup of every pod with nothing running any more
+// (stopped, finished or gone). A cgroup still busy is left for the next round.
+func (l *Loop) cleanupPodCgroups(ctx context.Context) {
+	if l.deps.PodCgroups == nil {
+		return
+	}
+	list, err := l.deps.PodCgroups.ListPodCgroups()
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Listing pod cgroups", "err", err)
+		return
+	}
+	running := map[types.UID]bool{}
+	for _, p := range l.deps.PLEG.Pods() {
+		if anyRunning(p) {
+			running[p.UID] = true
+		}
+	}
+	for uid, name := range list {
+		l.mu.Lock()
+		w := l.workers[uid]
+		l.mu.Unlock()
+		if running[uid] || (w != nil && w.active()) {
+			continue
+		}
+		if err := l.deps.PodCgroups.RemoveCgroup(ctx, name); err != nil {
+			klog.FromContext(ctx).V(4).Info("Pod cgroup not removed yet", "podUID", uid, "err", err)
+		}
+	}
 }
 
 func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bool) {

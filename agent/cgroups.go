@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/cgroups"
+)
+
+const cgroupfsRoot = "/sys/fs/cgroup"
+
+// runtimeConfiger is the CRI call that reports the runtime's cgroup driver.
+type runtimeConfiger interface {
+	RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error)
+}
+
+// podCgroupSetup is what the cgroup layer gives the rest of nodelet.
+type podCgroupSetup struct {
+	mgr       *cgroups.Manager // nil when cgroupsPerQOS is off
+	root      cgroups.CgroupName
+	driver    cgroups.Driver
+	resources cgroups.ResourceOptions
+}
+
+// setUpCgroups detects the cgroup version, checks the driver against the runtime's,
+// and creates the QoS hierarchy (kubepods, burstable, besteffort) when cgroupsPerQOS.
+func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64) (*podCgroupSetup, error) {
+	logger := klog.FromContext(ctx)
+	mode, err := cgroups.DetectMode(cgroupfsRoot)
+	if err != nil {
+		return nil, fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
+	}
+	logger.Info("Detected cgroup hierarchy", "mode", mode.String())
+	driver := cgroups.Driver(kc.CgroupDriver)
+	if driver == "" {
+		driver = cgroups.DriverCgroupfs
+	}
+	if resp, err := rt.RuntimeConfig(ctx); err == nil {
+		if err := cgroups.CheckDriver(string(driver), cgroups.DriverFromCRI(resp.GetLinux().GetCgroupDriver())); err != nil {
+			return nil, err
+		}
+	} else {
+		logger.V(2).Info("The runtime does not report its cgroup driver; trusting cgroupDriver", "cgroupDriver", driver, "err", err)
+	}
+	selfCgroup := ""
+	if data, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		selfCgroup = cgroups.SelfCgroupV2(string(data))
+	}
+	s := &podCgroupSetup{
+		root:   cgroups.ParseCgroupRoot(kc.CgroupRoot, driver),
+		driver: driver,
+		resources: cgroups.ResourceOptions{
+			CPUCFSQuota:             ptr.Deref(kc.CPUCFSQuota, true),
+			Period:                  kc.CPUCFSQuotaPeriod.Duration,
+			SwapBehavior:            kc.MemorySwap.SwapBehavior,
+			CgroupV2:                mode.Unified(),
+			NodeSwapCapacity:        swapCapacity,
+			SwapControllerAvailable: cgroups.SwapControllerAvailable(cgroupfsRoot, mode, selfCgroup),
+			SingleProcessOOMKill:    ptr.Deref(kc.SingleProcessOOMKill, !mode.Unified()),
+		},
+	}
+	if kc.MemorySwap.SwapBehavior == "LimitedSwap" && !mode.Unified() {
+		logger.Info("Warning: memorySwap.swapBehavior LimitedSwap needs cgroup v2; pods get no swap on this cgroup v1 host")
+	}
+	if kc.CgroupsPerQOS != nil && !*kc.CgroupsPerQOS {
+		logger.Info("cgroupsPerQOS is false: no QoS or pod cgroups; the runtime places containers itself")
+		return s, nil
+	}
+	if driver != cgroups.DriverCgroupfs {
+		return nil, fmt.Errorf("cgroupDriver %q: nodelet manages QoS and pod cgroups only with the cgroupfs driver so far; set cgroupDriver: cgroupfs (and SystemdCgroup = false in containerd), or cgroupsPerQOS: false", driver)
+	}
+	mgr, err := cgroups.NewManager(cgroups.ManagerOptions{
+		Root: cgroupfsRoot, Mode: mode, CgroupRoot: s.root, EnforceNodeAllocatable: kc.EnforceNodeAllocatable,
+		PodPidsLimit: ptr.Deref(kc.PodPidsLimit, -1), CPUCFSQuota: s.resources.CPUCFSQuota, CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the cgroup manager: %w", err)
+	}
+	allocatable := reservedOff(capacity, kc.KubeReserved, kc.SystemReserved)
+	if err := mgr.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
+		return nil, fmt.Errorf("creating the QoS cgroups under %s: %w", s.root.Cgroupfs(), err)
+	}
+	s.mgr = mgr
+	logger.Info("QoS cgroups ready", "kubepods", cgroups.KubepodsCgroupName(s.root).Cgroupfs())
+	return s, nil
+}
+
+// reservedOff is capacity minus kubeReserved and systemReserved: what pods may use
+// in total, before eviction thresholds (which the kubepods cgroup does not enforce).
+func reservedOff(capacity v1.ResourceList, reserved ...map[string]string) v1.ResourceList {
+	out := capacity.DeepCopy()
+	for _, r := range reserved {
+		for name, val := range r {
+			q, err := resource.ParseQuantity(val)
+			if err != nil {
+				continue // validation already refused bad quantities
+			}
+			if cur, ok := out[v1.ResourceName(name)]; ok {
+				cur.Sub(q)
+				if cur.Sign() < 0 {
+					cur = resource.MustParse("0")
+				}
+				out[v1.ResourceName(name)] = cur
+			}
+		}
+	}
+	return out
+}
+
+// cgroupParent is the sandbox's cgroup parent, or "" without QoS cgroups.
+func (s *podCgroupSetup) cgroupParent(pod *v1.Pod) string {
+	if s == nil || s.mgr == nil {
+		return ""
+	}
+	return cgroups.CgroupParentForSandbox(s.root, pod, s.driver)
+}

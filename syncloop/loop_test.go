@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -305,34 +306,59 @@ func TestCrashingContainerIsRestarted(t *testing.T) {
 }
 
 func TestKillPodForNodeShutdown(t *testing.T) {
-	r := newRig(t, nil)
-	r.ready()
-	pod := newPod("uid-6", "victim")
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-6")) == 1 })
-	eventually(t, "the pod to be active", func() bool { return len(r.loop.ActivePods()) == 1 })
+	for _, tc := range []struct {
+		name string
+		// exitOnTerm: the container handles SIGTERM and exits 0 before the stop completes.
+		exitOnTerm bool
+	}{
+		{name: "killed"},
+		{name: "exits 0 on TERM", exitOnTerm: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.ready()
+			pod := newPod("uid-6", "victim")
+			r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+			eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-6")) == 1 })
+			eventually(t, "the pod to be active", func() bool { return len(r.loop.ActivePods()) == 1 })
+			if tc.exitOnTerm {
+				id := r.containers(t, "uid-6")[0].Id
+				r.fake.SetDelay("StopContainer", 500*time.Millisecond)
+				go func() {
+					for !slices.Contains(r.fake.Calls(), "StopContainer") {
+						time.Sleep(10 * time.Millisecond)
+					}
+					r.fake.ExitContainer(id, 0, "")
+				}()
+			}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	err := r.loop.KillPod(ctx, pod, time.Second, func(s *v1.PodStatus) {
-		s.Phase, s.Reason, s.Message = v1.PodFailed, "Terminated", "Pod was terminated in response to imminent node shutdown."
-	})
-	if err != nil {
-		t.Fatalf("KillPod: %v", err)
-	}
-	if n := running(r.containers(t, "uid-6")); n != 0 {
-		t.Fatalf("%d containers still running after KillPod returned", n)
-	}
-	s, _ := r.status.GetPodStatus(pod.UID)
-	if s.Phase != v1.PodFailed || s.Reason != "Terminated" {
-		t.Fatalf("status = %s/%s, want Failed/Terminated", s.Phase, s.Reason)
-	}
-	if len(r.loop.ActivePods()) != 0 {
-		t.Fatal("a killed pod is still listed as active")
-	}
-	// A node-level kill stops the pod but does not delete it: its containers stay for logs.
-	if len(r.containers(t, "uid-6")) == 0 {
-		t.Fatal("a pod killed for shutdown must keep its (stopped) containers")
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			// As the shutdown manager does: Failed, unless the pod had succeeded already.
+			err := r.loop.KillPod(ctx, pod, time.Second, func(s *v1.PodStatus) {
+				if s.Phase != v1.PodSucceeded {
+					s.Phase = v1.PodFailed
+				}
+				s.Reason, s.Message = "Terminated", "Pod was terminated in response to imminent node shutdown."
+			})
+			if err != nil {
+				t.Fatalf("KillPod: %v", err)
+			}
+			if n := running(r.containers(t, "uid-6")); n != 0 {
+				t.Fatalf("%d containers still running after KillPod returned", n)
+			}
+			s, _ := r.status.GetPodStatus(pod.UID)
+			if s.Phase != v1.PodFailed || s.Reason != "Terminated" {
+				t.Fatalf("status = %s/%s, want Failed/Terminated", s.Phase, s.Reason)
+			}
+			if len(r.loop.ActivePods()) != 0 {
+				t.Fatal("a killed pod is still listed as active")
+			}
+			// A node-level kill stops the pod but does not delete it: its containers stay for logs.
+			if len(r.containers(t, "uid-6")) == 0 {
+				t.Fatal("a pod killed for shutdown must keep its (stopped) containers")
+			}
+		})
 	}
 }
 

@@ -274,7 +274,15 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		}
 		final := l.generate(pod, st, prev, nil, true)
 		if u.statusFn != nil {
+			// The node-level killer judges the phase the pod had before it was killed (as
+			// upstream applies it before the kill): containers that exited 0 because they
+			// were stopped do not make the pod Succeeded.
+			generated := final.Phase
+			final.Phase = prev.Phase
 			u.statusFn(&final)
+			if !podstatus.IsTerminal(final.Phase) {
+				final.Phase = generated
+			}
 		}
 		if deleting || u.statusFn != nil || podstatus.IsTerminal(final.Phase) || podstatus.IsTerminal(prev.Phase) {
 			l.deps.Status.SetPodStatus(pod, final)

@@ -184,6 +184,11 @@ func (i *Inhibitor) run(signals chan *dbus.Signal) {
 				return
 			}
 		}
+		select {
+		case <-i.stop: // Close closed the connection: nothing was lost.
+			return
+		default:
+		}
 		// The channel closes with the connection: the bus went away.
 		i.mu.Lock()
 		i.dropLockLocked()

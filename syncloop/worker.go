@@ -210,9 +210,13 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 	if w.firstSeen.IsZero() {
 		w.firstSeen = now
 	}
+	deleting := u.removed || pod.DeletionTimestamp != nil
+	if deleting || u.grace != nil {
+		// A kill should not wait up to a relist period for a fresh runtime view.
+		l.requestRelist()
+	}
 	st := l.statusFor(ctx, w.uid, w.lastSync)
 	prev := l.previousStatus(pod)
-	deleting := u.removed || pod.DeletionTimestamp != nil
 
 	state := w.getState()
 	if state >= stateTerminated {

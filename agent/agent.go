@@ -264,6 +264,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	healthz := newHealthzServer(kc, gpleg, loop, health)
 	if healthz != nil {
+		healthz.details = graceful.healthDetails
 		goRun(func() { healthz.serve(ctx) })
 	}
 

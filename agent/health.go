@@ -86,6 +86,9 @@ type healthChecker interface{ Healthy() error }
 type healthzServer struct {
 	addr   string
 	checks map[string]healthChecker
+	// details are informational lines (e.g. whether logind allows the shutdown
+	// grace); they never fail the check.
+	details func() []string
 }
 
 func newHealthzServer(kc *kubeletconfigv1beta1.KubeletConfiguration, pleg, loop healthChecker, rt *runtimeHealth) *healthzServer {
@@ -105,9 +108,16 @@ func (s *healthzServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			failed = append(failed, fmt.Sprintf("[-]%s failed: %v", name, err))
 		}
 	}
+	var details []string
+	if s.details != nil {
+		details = s.details()
+	}
 	if len(failed) > 0 {
-		http.Error(w, strings.Join(failed, "\n")+"\nhealthz check failed", http.StatusInternalServerError)
+		http.Error(w, strings.Join(append(failed, details...), "\n")+"\nhealthz check failed", http.StatusInternalServerError)
 		return
+	}
+	if r.URL.Query().Has("verbose") && len(details) > 0 {
+		_, _ = w.Write([]byte(strings.Join(details, "\n") + "\n"))
 	}
 	_, _ = w.Write([]byte("ok"))
 }

@@ -30,8 +30,10 @@ const (
 
 // gracefulShutdown is the graceful node shutdown feature, when enabled.
 type gracefulShutdown struct {
-	mgr *shutdown.Manager
-	inh *shutdown.Inhibitor
+	mgr   *shutdown.Manager
+	inh   *shutdown.Inhibitor
+	check shutdown.DelayCheck
+	err   error // from checking logind's delay, if it failed
 }
 
 // setUpShutdown enables graceful node shutdown when the config asks for it. No bus
@@ -71,7 +73,26 @@ func setUpShutdown(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigur
 		_ = inh.Close()
 		return nil, fmt.Errorf("setting up graceful node shutdown: %w", err)
 	}
-	return &gracefulShutdown{mgr: mgr, inh: inh}, nil
+	return &gracefulShutdown{mgr: mgr, inh: inh, check: check, err: err}, nil
+}
+
+// healthDetails says, in /healthz?verbose, whether logind gives the shutdown its time.
+func (g *gracefulShutdown) healthDetails() []string {
+	if g == nil {
+		return nil
+	}
+	lock := "held"
+	if !g.inh.Held() {
+		lock = "NOT held"
+	}
+	switch {
+	case g.err != nil:
+		return []string{fmt.Sprintf("[!]graceful shutdown: could not read logind's InhibitDelayMaxSec (%v); inhibitor lock %s", g.err, lock)}
+	case !g.check.OK():
+		return []string{fmt.Sprintf("[!]graceful shutdown: logind InhibitDelayMaxSec %s is below the needed %s; inhibitor lock %s", g.check.After, g.check.Wanted, lock)}
+	default:
+		return []string{fmt.Sprintf("[+]graceful shutdown: logind InhibitDelayMaxSec %s covers the needed %s; inhibitor lock %s", g.check.After, g.check.Wanted, lock)}
+	}
 }
 
 func (g *gracefulShutdown) admit(pod *v1.Pod) *syncloop.Rejection {

@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -112,6 +114,17 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "logind InhibitDelayMaxSec: 24s: OK") {
 		t.Errorf("plan does not say logind allows the 24s")
+	}
+	// /healthz?verbose tells an operator whether logind gives the shutdown its time.
+	hz, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz?verbose", f.Env.NodeletHealthzPort))
+	if err != nil {
+		t.Fatalf("healthz: %v", err)
+	}
+	body, _ := io.ReadAll(hz.Body)
+	hz.Body.Close()
+	t.Logf("healthz?verbose:\n%s", body)
+	if !strings.Contains(string(body), "covers the needed 24s; inhibitor lock held") {
+		t.Errorf("healthz?verbose lacks the logind delay detail: %q", body)
 	}
 	checkPlan(t, string(out), ns, map[string]string{"low": "1", "mid": "2", "high": "3"})
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/node"
@@ -64,8 +64,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
 
-	if err := checkSwap(kc.FailSwapOn == nil || *kc.FailSwapOn); err != nil {
-		return err
+	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
+	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
+		return fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
 	}
 	if err := checkCgroupVersion(ptr.Deref(kc.FailCgroupV1, false)); err != nil {
 		return err
@@ -369,22 +370,6 @@ func hostIPs(n *v1.Node, configured []net.IP) []string {
 		}
 	}
 	return out
-}
-
-// checkSwap refuses to start with swap on unless failSwapOn is false, as upstream.
-func checkSwap(failSwapOn bool) error {
-	if !failSwapOn {
-		return nil
-	}
-	data, err := os.ReadFile("/proc/swaps")
-	if err != nil {
-		return nil
-	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) > 1 {
-		return fmt.Errorf("running with swap on is not supported, please disable swap or set failSwapOn: false in the config file (--fail-swap-on=false). /proc/swaps contained: %v", lines)
-	}
-	return nil
 }
 
 // checkCgroupVersion refuses cgroup v1 hosts when failCgroupV1 is set, as upstream.

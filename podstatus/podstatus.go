@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/pleg"
 )
@@ -499,44 +500,5 @@ func reasonIf(b bool, r string) string {
 	return ""
 }
 
-// QOSClass computes the pod's QoS class as the API defines it.
-func QOSClass(pod *v1.Pod) v1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	requests := v1.ResourceList{}
-	limits := v1.ResourceList{}
-	zero := true
-	guaranteed := true
-	all := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range all {
-		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			if hasReq && !req.IsZero() {
-				zero = false
-				q := requests[r]
-				q.Add(req)
-				requests[r] = q
-			}
-			if hasLim && !lim.IsZero() {
-				zero = false
-				q := limits[r]
-				q.Add(lim)
-				limits[r] = q
-			} else {
-				guaranteed = false
-			}
-			if hasReq && hasLim && req.Cmp(lim) != 0 {
-				guaranteed = false
-			}
-		}
-	}
-	if zero {
-		return v1.PodQOSBestEffort
-	}
-	if guaranteed {
-		return v1.PodQOSGuaranteed
-	}
-	return v1.PodQOSBurstable
-}
+// QOSClass is the pod's QoS class as the API defines it (one definition, in cgroups).
+func QOSClass(pod *v1.Pod) v1.PodQOSClass { return cgroups.QOSClass(pod) }

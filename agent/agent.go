@@ -256,6 +256,12 @@ func Run(ctx context.Context, opts *config.Options) error {
 		})
 	}
 
+	gcs, err := newGarbageCollectors(kc, opts.RootDir, opts.PodInfraContainerImage, nodeName, rt, loop, recorder, clk, reg)
+	if err != nil {
+		return err
+	}
+	gcs.run(ctx, goRun)
+
 	goRun(func() { health.run(ctx) })
 	goRun(func() { gpleg.Start(ctx) })
 	goRun(func() { statusMgr.Start(ctx) })

@@ -318,6 +318,22 @@ func (l *Loop) admit(pod *v1.Pod) *Rejection {
 	return Admit(pod, active, l.deps.Node().Allocatable, l.deps.NodeLabels())
 }
 
+// AllSourcesReady reports whether every pod source delivered its first snapshot.
+func (l *Loop) AllSourcesReady() bool { return l.deps.Sources.SourcesReady() }
+
+// PodDeleted reports whether a pod is gone for good from this node: no source
+// wants it and no worker is still stopping it. Container GC removes such pods'
+// leftovers.
+func (l *Loop) PodDeleted(uid string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, wanted := l.pods[types.UID(uid)]; wanted {
+		return false
+	}
+	w := l.workers[types.UID(uid)]
+	return w == nil || (w.finished() && w.isReclaimed())
+}
+
 // ActivePods returns the pods this node is running (admitted and not terminating).
 func (l *Loop) ActivePods() []*v1.Pod {
 	l.mu.Lock()

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/imagegc"
+)
+
+// Upstream GC periods.
+const (
+	containerGCPeriod = time.Minute
+	imageGCPeriod     = 5 * time.Minute
+)
+
+// garbageCollectors are container GC (dead containers and sandboxes, logs of deleted
+// pods) and image GC (unused images by disk thresholds and age), as the kubelet runs them.
+type garbageCollectors struct {
+	containers *imagegc.ContainerGC
+	images     *imagegc.ImageManager
+}
+
+func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir, sandboxImage, nodeName string, rt *cri.Client,
+	pods imagegc.PodState, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*garbageCollectors, error) {
+	images, err := imagegc.NewImageManager(imagegc.ImagePolicy{
+		HighThresholdPercent: int(ptr.Deref(kc.ImageGCHighThresholdPercent, 85)),
+		LowThresholdPercent:  int(ptr.Deref(kc.ImageGCLowThresholdPercent, 80)),
+		MinAge:               kc.ImageMinimumGCAge.Duration,
+		MaxAge:               kc.ImageMaximumGCAge.Duration,
+		SandboxImage:         sandboxImage,
+	}, rt, rt, rootDir, clk, imagegc.WithRegisterer(reg),
+		imagegc.WithRecorder(recorder, &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}))
+	if err != nil {
+		return nil, fmt.Errorf("setting up image garbage collection: %w", err)
+	}
+	return &garbageCollectors{
+		containers: imagegc.NewContainerGC(imagegc.DefaultContainerPolicy(), rt, pods, kc.PodLogsDir, clk),
+		images:     images,
+	}, nil
+}
+
+func (g *garbageCollectors) run(ctx context.Context, goRun func(func())) {
+	goRun(func() { g.containers.Run(ctx, containerGCPeriod) })
+	goRun(func() { g.images.Run(ctx, imageGCPeriod) })
+}

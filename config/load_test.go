@@ -480,6 +480,7 @@ cgroupRoot: /dropin
 		"--pod-manifest-path=/flag/manifests", "--container-runtime-endpoint=unix:///flag.sock",
 		"--cgroup-root=/flag", "--provider-id=flag://id", "--cluster-domain=flag.local",
 		"--register-with-taints=a=b:NoSchedule,c:NoExecute",
+		"--file-check-frequency=3s", "--sync-frequency=45s",
 	)
 	kc := o.Config
 	checks := []struct {
@@ -493,6 +494,8 @@ cgroupRoot: /dropin
 		{"registerNode", *kc.RegisterNode, false},
 		{"nodeStatusUpdateFrequency", kc.NodeStatusUpdateFrequency.Duration, 7 * time.Second},
 		{"runtimeRequestTimeout", kc.RuntimeRequestTimeout.Duration, 90 * time.Second},
+		{"fileCheckFrequency", kc.FileCheckFrequency.Duration, 3 * time.Second},
+		{"syncFrequency", kc.SyncFrequency.Duration, 45 * time.Second},
 		{"staticPodPath", kc.StaticPodPath, "/flag/manifests"},
 		{"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "unix:///flag.sock"},
 		{"imageServiceEndpoint follows the flag", kc.ImageServiceEndpoint, "unix:///flag.sock"},

@@ -136,6 +136,14 @@ func newFlagSet(f *flagValues) (*pflag.FlagSet, []kcFlag) {
 	add("node-status-update-frequency", func(d *kubeletconfigv1beta1.KubeletConfiguration, f *flagValues) {
 		d.NodeStatusUpdateFrequency = f.kc.NodeStatusUpdateFrequency
 	})
+	fs.DurationVar(&kc.FileCheckFrequency.Duration, "file-check-frequency", kc.FileCheckFrequency.Duration, "How often the static pod path is checked for new data.")
+	add("file-check-frequency", func(d *kubeletconfigv1beta1.KubeletConfiguration, f *flagValues) {
+		d.FileCheckFrequency = f.kc.FileCheckFrequency
+	})
+	fs.DurationVar(&kc.SyncFrequency.Duration, "sync-frequency", kc.SyncFrequency.Duration, "Maximum period between syncs of running pods with their spec.")
+	add("sync-frequency", func(d *kubeletconfigv1beta1.KubeletConfiguration, f *flagValues) {
+		d.SyncFrequency = f.kc.SyncFrequency
+	})
 	fs.StringVar(&kc.ProviderID, "provider-id", "", "Unique identifier of the node in the machine database (spec.providerID).")
 	add("provider-id", func(d *kubeletconfigv1beta1.KubeletConfiguration, f *flagValues) { d.ProviderID = f.kc.ProviderID })
 

@@ -3,7 +3,6 @@ package podruntime
 import (
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -177,13 +176,4 @@ func seccompProfile(p *v1.SeccompProfile) *runtimeapi.SecurityProfile {
 	default:
 		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -25,9 +25,9 @@ const (
 	maxContainerBackOff = 300 * time.Second
 )
 
-// defaultEvictionHard returns a fresh copy of the upstream Linux hard
+// DefaultEvictionHard returns a fresh copy of the upstream Linux hard
 // eviction thresholds.
-func defaultEvictionHard() map[string]string {
+func DefaultEvictionHard() map[string]string {
 	return map[string]string{
 		"memory.available":   "100Mi",
 		"nodefs.available":   "10%",
@@ -160,7 +160,7 @@ func setBaseDefaults(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	}
 	setBool(&kc.MergeDefaultEvictionSettings, false)
 	if kc.EvictionHard == nil {
-		kc.EvictionHard = defaultEvictionHard()
+		kc.EvictionHard = DefaultEvictionHard()
 	}
 	mergeDefaultEviction(kc)
 	setDuration(&kc.EvictionPressureTransitionPeriod, 5*time.Minute)
@@ -224,7 +224,7 @@ func mergeDefaultEviction(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	if kc.EvictionHard == nil {
 		kc.EvictionHard = map[string]string{}
 	}
-	for k, v := range defaultEvictionHard() {
+	for k, v := range DefaultEvictionHard() {
 		if _, ok := kc.EvictionHard[k]; !ok {
 			kc.EvictionHard[k] = v
 		}

@@ -123,7 +123,7 @@ func TestDefaults(t *testing.T) {
 		{"nodeStatusMaxImages", *kc.NodeStatusMaxImages, int32(50)},
 		{"maxOpenFiles", kc.MaxOpenFiles, int64(1000000)},
 		{"serializeImagePulls", *kc.SerializeImagePulls, true},
-		{"evictionHard", kc.EvictionHard, defaultEvictionHard()},
+		{"evictionHard", kc.EvictionHard, DefaultEvictionHard()},
 		{"evictionPressureTransitionPeriod", kc.EvictionPressureTransitionPeriod.Duration, 5 * time.Minute},
 		{"failSwapOn", *kc.FailSwapOn, true},
 		{"containerLogMaxSize", kc.ContainerLogMaxSize, "10Mi"},
@@ -182,7 +182,7 @@ func TestDefaultsDerived(t *testing.T) {
 				MergeDefaultEvictionSettings: boolp(true),
 			},
 			check: func(kc *kubeletconfigv1beta1.KubeletConfiguration) string {
-				want := defaultEvictionHard()
+				want := DefaultEvictionHard()
 				want["memory.available"] = "1Gi"
 				if !reflect.DeepEqual(kc.EvictionHard, want) {
 					return "evictionHard = " + strings.Join(sortedPairs(kc.EvictionHard), ",")
@@ -394,7 +394,7 @@ cpuManagerReconcilePeriod: 0s
 		{"true default not clobbered", kc.CPUCFSQuotaPeriod.Duration, 100 * time.Millisecond},
 		{"file-mode default kept", kc.Authentication.Webhook.CacheTTL.Duration, 2 * time.Minute},
 		{"unmentioned default kept", kc.SyncFrequency.Duration, time.Minute},
-		{"evictionHard defaults kept", kc.EvictionHard, defaultEvictionHard()},
+		{"evictionHard defaults kept", kc.EvictionHard, DefaultEvictionHard()},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"github.com/nodelet/nodelet/config"
 	"strconv"
 	"strings"
 
@@ -14,17 +15,6 @@ const (
 	signalMemoryAvailable = "memory.available"
 	signalNodeFsAvailable = "nodefs.available"
 )
-
-// defaultEvictionHard mirrors the KubeletConfiguration default, used when the config left
-// evictionHard nil.
-func defaultEvictionHard() map[string]string {
-	return map[string]string{
-		"memory.available":  "100Mi",
-		"nodefs.available":  "10%",
-		"nodefs.inodesFree": "5%",
-		"imagefs.available": "15%",
-	}
-}
 
 const hugePagesPrefix = v1.ResourceHugePagesPrefix
 
@@ -63,7 +53,7 @@ func parseThreshold(signal, value string) (threshold, error) {
 // parseEvictionHard returns the thresholds that reduce allocatable, keyed by resource.
 func parseEvictionHard(m map[string]string) (map[v1.ResourceName]threshold, error) {
 	if m == nil {
-		m = defaultEvictionHard()
+		m = config.DefaultEvictionHard()
 	}
 	out := map[v1.ResourceName]threshold{}
 	for signal, value := range m {

@@ -290,15 +290,20 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 			w.reclaimed = true
 		}
 	}
+	l.startWorker(ctx, w)
+	w.update(&update{pod: pod})
+}
+
+// startWorker registers w and starts its goroutine.
+func (l *Loop) startWorker(ctx context.Context, w *worker) {
 	l.mu.Lock()
-	l.workers[pod.UID] = w
+	l.workers[w.uid] = w
 	l.mu.Unlock()
 	l.workersWG.Add(1)
 	go func() {
 		defer l.workersWG.Done()
 		l.runWorker(ctx, w)
 	}()
-	w.update(&update{pod: pod})
 }
 
 func (l *Loop) admit(pod *v1.Pod) *Rejection {
@@ -428,14 +433,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID}}
 		grace := orphanGrace(p)
 		w := newWorker(p.UID, l.started)
-		l.mu.Lock()
-		l.workers[p.UID] = w
-		l.mu.Unlock()
-		l.workersWG.Add(1)
-		go func() {
-			defer l.workersWG.Done()
-			l.runWorker(ctx, w)
-		}()
+		l.startWorker(ctx, w)
 		w.update(&update{pod: pod, removed: true, grace: &grace})
 	}
 	l.cleanupOrphanedPodDirs(ctx, keep)

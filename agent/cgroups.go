@@ -6,13 +6,13 @@ import (
 	"os"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/node"
 )
 
 const cgroupfsRoot = "/sys/fs/cgroup"
@@ -84,35 +84,16 @@ func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	if err != nil {
 		return nil, fmt.Errorf("setting up the cgroup manager: %w", err)
 	}
-	allocatable := reservedOff(capacity, kc.KubeReserved, kc.SystemReserved)
+	allocatable, err := node.ReservedAllocatable(capacity, kc.KubeReserved, kc.SystemReserved)
+	if err != nil {
+		return nil, fmt.Errorf("computing what the kubepods cgroup may use: %w", err)
+	}
 	if err := mgr.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
 		return nil, fmt.Errorf("creating the QoS cgroups under %s: %w", s.root.Cgroupfs(), err)
 	}
 	s.mgr = mgr
 	logger.Info("QoS cgroups ready", "kubepods", cgroups.KubepodsCgroupName(s.root).Cgroupfs())
 	return s, nil
-}
-
-// reservedOff is capacity minus kubeReserved and systemReserved: what pods may use
-// in total, before eviction thresholds (which the kubepods cgroup does not enforce).
-func reservedOff(capacity v1.ResourceList, reserved ...map[string]string) v1.ResourceList {
-	out := capacity.DeepCopy()
-	for _, r := range reserved {
-		for name, val := range r {
-			q, err := resource.ParseQuantity(val)
-			if err != nil {
-				continue // validation already refused bad quantities
-			}
-			if cur, ok := out[v1.ResourceName(name)]; ok {
-				cur.Sub(q)
-				if cur.Sign() < 0 {
-					cur = resource.MustParse("0")
-				}
-				out[v1.ResourceName(name)] = cur
-			}
-		}
-	}
-	return out
 }
 
 // cgroupParent is the sandbox's cgroup parent, or "" without QoS cgroups.

@@ -91,6 +91,21 @@ func parseReserved(what string, m map[string]string) (v1.ResourceList, error) {
 	return out, nil
 }
 
+// ReservedAllocatable is capacity minus kubeReserved and systemReserved, without the
+// eviction thresholds: the total the kubepods cgroup may use (eviction is enforced by
+// the eviction manager, not the cgroup).
+func ReservedAllocatable(capacity v1.ResourceList, kubeReserved, systemReserved map[string]string) (v1.ResourceList, error) {
+	kube, err := parseReserved("kubeReserved", kubeReserved)
+	if err != nil {
+		return nil, err
+	}
+	system, err := parseReserved("systemReserved", systemReserved)
+	if err != nil {
+		return nil, err
+	}
+	return computeAllocatable(capacity, computeReservation(capacity, kube, system, nil)), nil
+}
+
 // hugePageResourceName is "hugepages-2Mi" for 2048 KiB pages, as upstream names them.
 func hugePageResourceName(sizeKiB uint64) v1.ResourceName {
 	q := resource.NewQuantity(int64(sizeKiB)*1024, resource.BinarySI)

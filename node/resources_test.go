@@ -176,3 +176,21 @@ func TestHugePageResourceName(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedAllocatable(t *testing.T) {
+	capacity := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
+	got, err := ReservedAllocatable(capacity, map[string]string{"cpu": "500m", "memory": "1Gi"}, map[string]string{"memory": "512Mi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu := got[v1.ResourceCPU]; cpu.MilliValue() != 3500 {
+		t.Errorf("cpu = %s, want 3500m", cpu.String())
+	}
+	// No eviction threshold is taken off: only the two reservations.
+	if mem := got[v1.ResourceMemory]; mem.Value() != (8<<30)-(1<<30)-(512<<20) {
+		t.Errorf("memory = %s, want 8Gi-1Gi-512Mi", mem.String())
+	}
+	if _, err := ReservedAllocatable(capacity, map[string]string{"memory": "lots"}, nil); err == nil {
+		t.Error("a bad quantity must be an error")
+	}
+}

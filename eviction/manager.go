@@ -3,6 +3,7 @@ package eviction
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,16 +72,26 @@ type Manager struct {
 	conditions []v1.NodeConditionType
 
 	evictions *prometheus.CounterVec // nil without a registerer
+	onChanged func([]v1.NodeConditionType)
 }
 
 // ManagerOption configures a Manager.
 type ManagerOption func(*managerOptions)
 
-type managerOptions struct{ reg prometheus.Registerer }
+type managerOptions struct {
+	reg       prometheus.Registerer
+	onChanged func(conditions []v1.NodeConditionType)
+}
 
 // WithRegisterer registers kubelet_evictions{eviction_signal} on reg.
 func WithRegisterer(reg prometheus.Registerer) ManagerOption {
 	return func(o *managerOptions) { o.reg = reg }
+}
+
+// WithConditionsChanged calls f (outside the manager's locks) after a cycle that
+// changed the pressure conditions, so node status can be reported at once.
+func WithConditionsChanged(f func(conditions []v1.NodeConditionType)) ManagerOption {
+	return func(o *managerOptions) { o.onChanged = f }
 }
 
 // NewManager wires a Manager. recorder may be nil.
@@ -101,6 +112,7 @@ func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer
 		activePods: activePods,
 		recorder:   recorder,
 		tracker:    NewTracker(clk, cfg.PressureTransitionPeriod),
+		onChanged:  o.onChanged,
 	}
 	if o.reg != nil {
 		m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -165,8 +177,15 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	obs := Observe(stats)
 	res := m.tracker.Update(m.cfg.Thresholds, obs)
 	m.mu.Lock()
+	changed := !slices.Equal(m.conditions, res.Conditions)
 	m.conditions = res.Conditions
 	m.mu.Unlock()
+	if changed {
+		klog.InfoS("Eviction manager: node pressure changed", "conditions", res.Conditions)
+		if m.onChanged != nil {
+			m.onChanged(slices.Clone(res.Conditions))
+		}
+	}
 
 	in := DecideInput{
 		Active:                   res.Active,

@@ -1,0 +1,215 @@
+package stats
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+// userHZ is the unit of /proc/stat's CPU times on Linux.
+const userHZ = 100
+
+// nodeMemory is the node's memory as upstream reports it: the working set is usage
+// minus inactive file pages (cache the kernel can drop), and available is capacity
+// minus the working set, so memory.available ignores reclaimable cache.
+func (p *Provider) nodeMemory(mt metav1.Time) *statsapi.MemoryStats {
+	mi := p.meminfo()
+	total, ok := mi["MemTotal"]
+	if !ok {
+		return nil
+	}
+	var usage, inactive uint64
+	var rss *uint64
+	if v1 := p.v1Memory("/"); !p.cfg.Unified && v1 != nil {
+		usage, inactive, rss = v1.usage, v1.inactiveFile, v1.rss
+	} else {
+		// The v2 root cgroup has no memory.current: derive usage from meminfo.
+		usage = satSub(total, mi["MemFree"])
+		inactive = mi["Inactive(file)"]
+	}
+	ws := satSub(usage, inactive)
+	avail := satSub(total, ws)
+	return &statsapi.MemoryStats{Time: mt, UsageBytes: &usage, WorkingSetBytes: &ws, AvailableBytes: &avail, RSSBytes: rss}
+}
+
+type cgroupMem struct {
+	usage, inactiveFile uint64
+	rss                 *uint64
+}
+
+// v1Memory reads a cgroup v1 memory cgroup; nil when it is not there.
+func (p *Provider) v1Memory(path string) *cgroupMem {
+	dir := filepath.Join(p.cfg.CgroupRoot, "memory", path)
+	usage, err := readUint(filepath.Join(dir, "memory.usage_in_bytes"))
+	if err != nil {
+		return nil
+	}
+	st := readKV(filepath.Join(dir, "memory.stat"))
+	m := &cgroupMem{usage: usage, inactiveFile: st["total_inactive_file"]}
+	if v, ok := st["total_rss"]; ok {
+		m.rss = &v
+	}
+	return m
+}
+
+// cgroupMemory is the memory of the cgroup at path (cgroupfs form), nil if unreadable.
+func (p *Provider) cgroupMemory(path string, mt metav1.Time) *statsapi.MemoryStats {
+	var m *cgroupMem
+	if p.cfg.Unified {
+		dir := filepath.Join(p.cfg.CgroupRoot, path)
+		usage, err := readUint(filepath.Join(dir, "memory.current"))
+		if err != nil {
+			return nil
+		}
+		st := readKV(filepath.Join(dir, "memory.stat"))
+		m = &cgroupMem{usage: usage, inactiveFile: st["inactive_file"]}
+		if v, ok := st["anon"]; ok {
+			m.rss = &v
+		}
+	} else if m = p.v1Memory(path); m == nil {
+		return nil
+	}
+	ws := satSub(m.usage, m.inactiveFile)
+	usage := m.usage
+	return &statsapi.MemoryStats{Time: mt, UsageBytes: &usage, WorkingSetBytes: &ws, RSSBytes: m.rss}
+}
+
+// cgroupPIDs is pids.current of the cgroup at path.
+func (p *Provider) cgroupPIDs(path string) (uint64, bool) {
+	dir := filepath.Join(p.cfg.CgroupRoot, path)
+	if !p.cfg.Unified {
+		dir = filepath.Join(p.cfg.CgroupRoot, "pids", path)
+	}
+	n, err := readUint(filepath.Join(dir, "pids.current"))
+	return n, err == nil
+}
+
+// nodeCPU is the node's busy CPU time from /proc/stat and its rate since the last call.
+func (p *Provider) nodeCPU(now time.Time) *statsapi.CPUStats {
+	f, err := os.Open(filepath.Join(p.cfg.ProcRoot, "stat"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return nil
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return nil
+	}
+	var busy uint64
+	// user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+	for i, v := range fields[1:9] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseUint(v, 10, 64)
+		busy += n
+	}
+	total := busy * (uint64(time.Second) / userHZ)
+	return &statsapi.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: &total, UsageNanoCores: p.rate("", total, now)}
+}
+
+// rlimit is the node's process table: the smaller of pid_max and threads-max, and the
+// number of tasks (what pid.available is computed from).
+func (p *Provider) rlimit(mt metav1.Time) *statsapi.RlimitStats {
+	pidMax, err1 := readUint(filepath.Join(p.cfg.ProcRoot, "sys/kernel/pid_max"))
+	threadsMax, err2 := readUint(filepath.Join(p.cfg.ProcRoot, "sys/kernel/threads-max"))
+	if err1 != nil && err2 != nil {
+		return nil
+	}
+	maxPID := pidMax
+	if err1 != nil || (err2 == nil && threadsMax < pidMax) {
+		maxPID = threadsMax
+	}
+	out := &statsapi.RlimitStats{Time: mt, MaxPID: ptrTo(int64(maxPID))}
+	// /proc/loadavg's fourth field is running/total scheduling entities.
+	if data, err := os.ReadFile(filepath.Join(p.cfg.ProcRoot, "loadavg")); err == nil {
+		if f := strings.Fields(string(data)); len(f) >= 4 {
+			if _, tot, ok := strings.Cut(f[3], "/"); ok {
+				if n, err := strconv.ParseInt(tot, 10, 64); err == nil {
+					out.NumOfRunningProcesses = &n
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (p *Provider) bootTime(now time.Time) time.Time {
+	kv := readKV(filepath.Join(p.cfg.ProcRoot, "stat"))
+	if bt, ok := kv["btime"]; ok {
+		return time.Unix(int64(bt), 0)
+	}
+	return now
+}
+
+// meminfo returns /proc/meminfo in bytes.
+func (p *Provider) meminfo() map[string]uint64 {
+	out := map[string]uint64{}
+	data, err := os.ReadFile(filepath.Join(p.cfg.ProcRoot, "meminfo"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		if len(f) > 1 && f[1] == "kB" {
+			n *= 1024
+		}
+		out[k] = n
+	}
+	return out
+}
+
+func readUint(path string) (uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+}
+
+// readKV reads "key value" lines (memory.stat, /proc/stat); unparsable lines are skipped.
+func readKV(path string) map[string]uint64 {
+	out := map[string]uint64{}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if n, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+			out[f[0]] = n
+		}
+	}
+	return out
+}
+
+func satSub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}

@@ -1,0 +1,446 @@
+// Package stats measures the node and its pods: memory, CPU and process counts from
+// the kernel (procfs, cgroupfs), filesystems by statfs, container usage from the CRI
+// runtime and volume and log usage from disk. It builds the kubelet's Summary
+// (stats/v1alpha1), which /stats/summary serves and the eviction manager reads.
+package stats
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/cri"
+)
+
+// Runtime is the part of the CRI runtime and image services stats reads.
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)
+	ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error)
+}
+
+// Config says where things are on this node.
+type Config struct {
+	NodeName string
+	// RootDir is the kubelet root dir: its filesystem is nodefs, pod volumes live under it.
+	RootDir string
+	// PodLogsDir holds /var/log/pods/<ns>_<name>_<uid>/<container>/<n>.log.
+	PodLogsDir string
+	// ProcRoot is procfs ("/proc" if empty).
+	ProcRoot string
+	// CgroupRoot is where cgroupfs is mounted ("/sys/fs/cgroup" if empty); Unified says
+	// it is cgroup v2.
+	CgroupRoot string
+	Unified    bool
+	// PodsCgroup is the cgroupfs path of the pods cgroup ("/kubepods"), "" when there
+	// is none (cgroupsPerQOS false).
+	PodsCgroup string
+	// PodCgroup returns a pod's cgroupfs path, or "" when unknown.
+	PodCgroup func(pod *v1.Pod) string
+}
+
+// Snapshot is one measurement: the Summary and the disk layout facts the Summary
+// cannot express (whether images have a filesystem of their own).
+type Snapshot struct {
+	Summary *statsapi.Summary
+	// DedicatedImageFs: the runtime's image filesystem is not nodefs.
+	DedicatedImageFs bool
+	// SplitContainerFs: container writable layers are on a third filesystem.
+	SplitContainerFs bool
+}
+
+// Provider measures on demand. It keeps the previous CPU samples so it can report
+// usage rates (usageNanoCores) as well as cumulative counters.
+type Provider struct {
+	cfg   Config
+	rt    Runtime
+	pods  func() []*v1.Pod
+	clock clock.PassiveClock
+	fs    fsInfo
+
+	mu      sync.Mutex
+	lastCPU map[string]cpuSample // by container ID, plus "" for the node
+}
+
+type cpuSample struct {
+	at    time.Time
+	total uint64 // cumulative core-nanoseconds
+}
+
+// New returns a Provider. pods returns the pods the node runs (to name pods that have
+// no sandbox yet and to find their cgroups); it may be nil.
+func New(cfg Config, rt Runtime, pods func() []*v1.Pod, clk clock.PassiveClock) *Provider {
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	return &Provider{cfg: cfg, rt: rt, pods: pods, clock: clk, fs: osFs{}, lastCPU: map[string]cpuSample{}}
+}
+
+// Summary returns the node and pod stats (the /stats/summary document).
+func (p *Provider) Summary(ctx context.Context) (*statsapi.Summary, error) {
+	s, err := p.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Summary, nil
+}
+
+// Snapshot measures everything once. Missing parts (a cgroup file that does not
+// exist, a runtime that cannot report stats) leave fields nil rather than failing:
+// consumers treat nil as "not measured".
+func (p *Provider) Snapshot(ctx context.Context) (*Snapshot, error) {
+	now := p.clock.Now()
+	mt := metav1.NewTime(now)
+	nodeFs, rootDev, err := p.fs.statfs(p.cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("measuring nodefs (the filesystem of %s): %w", p.cfg.RootDir, err)
+	}
+	nodeFs.Time = mt
+	ns := statsapi.NodeStats{
+		NodeName:  p.cfg.NodeName,
+		StartTime: metav1.NewTime(p.bootTime(now)),
+		Fs:        &nodeFs,
+		Memory:    p.nodeMemory(mt),
+		CPU:       p.nodeCPU(now),
+		Rlimit:    p.rlimit(mt),
+	}
+	if p.cfg.PodsCgroup != "" {
+		ns.SystemContainers = append(ns.SystemContainers, statsapi.ContainerStats{
+			Name:      statsapi.SystemContainerPods,
+			StartTime: ns.StartTime,
+			Memory:    p.cgroupMemory(p.cfg.PodsCgroup, mt),
+		})
+	}
+	snap := &Snapshot{Summary: &statsapi.Summary{Node: ns}}
+
+	imageFs, containerFs, dedicated, split := p.runtimeFs(ctx, rootDev, mt)
+	snap.Summary.Node.Runtime = &statsapi.RuntimeStats{ImageFs: imageFs, ContainerFs: containerFs}
+	snap.DedicatedImageFs, snap.SplitContainerFs = dedicated, split
+
+	pods, err := p.podStats(ctx, now, rootDev)
+	if err != nil {
+		return nil, err
+	}
+	snap.Summary.Pods = pods
+	return snap, nil
+}
+
+// runtimeFs measures the runtime's image (and container) filesystems. Upstream reports
+// imageFs even when it is nodefs; the flags say whether it is separate.
+func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time) (imageFs, containerFs *statsapi.FsStats, dedicated, split bool) {
+	info, err := p.rt.ImageFsInfo(ctx)
+	if err != nil {
+		klog.V(2).InfoS("The runtime does not report its image filesystem; treating nodefs as imagefs", "err", err)
+		return nil, nil, false, false
+	}
+	fsFor := func(us []*runtimeapi.FilesystemUsage) (*statsapi.FsStats, uint64, bool) {
+		if len(us) == 0 || us[0].GetFsId().GetMountpoint() == "" {
+			return nil, 0, false
+		}
+		u := us[0]
+		st, dev, err := p.fs.statfs(u.GetFsId().GetMountpoint())
+		if err != nil {
+			klog.V(2).InfoS("Cannot statfs the runtime's filesystem", "path", u.GetFsId().GetMountpoint(), "err", err)
+			return nil, 0, false
+		}
+		st.Time = mt
+		// Used is what the runtime's images/layers take, not the whole filesystem's use.
+		if u.GetUsedBytes() != nil {
+			st.UsedBytes = ptrTo(u.GetUsedBytes().GetValue())
+		}
+		if u.GetInodesUsed() != nil {
+			st.InodesUsed = ptrTo(u.GetInodesUsed().GetValue())
+		}
+		return &st, dev, true
+	}
+	imageFs, imageDev, ok := fsFor(info.GetImageFilesystems())
+	if !ok {
+		return nil, nil, false, false
+	}
+	dedicated = imageDev != rootDev
+	containerFs = imageFs
+	if cfs, cdev, ok := fsFor(info.GetContainerFilesystems()); ok {
+		containerFs = cfs
+		split = dedicated && cdev != imageDev
+	}
+	return imageFs, containerFs, dedicated, split
+}
+
+// podStats lists the pods' containers and their usage.
+func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) ([]statsapi.PodStats, error) {
+	sandboxes, err := p.rt.ListPodSandbox(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing pod sandboxes for stats: %w", err)
+	}
+	containers, err := p.rt.ListContainers(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing containers for stats: %w", err)
+	}
+	cstats, err := p.rt.ListContainerStats(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing container stats: %w", err)
+	}
+	byID := make(map[string]*runtimeapi.ContainerStats, len(cstats))
+	for _, s := range cstats {
+		byID[s.GetAttributes().GetId()] = s
+	}
+	known := map[types.UID]*v1.Pod{}
+	if p.pods != nil {
+		for _, pod := range p.pods() {
+			known[pod.UID] = pod
+		}
+	}
+	mt := metav1.NewTime(now)
+
+	type podAcc struct {
+		stats   statsapi.PodStats
+		created int64
+		ready   bool
+	}
+	acc := map[types.UID]*podAcc{}
+	var order []types.UID
+	for _, sb := range sandboxes {
+		uid := types.UID(sb.GetMetadata().GetUid())
+		a := acc[uid]
+		ready := sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY
+		// A pod may have an old dead sandbox and a ready one: the ready, newest one names it.
+		if a != nil && (a.ready && !ready || a.ready == ready && a.created >= sb.GetCreatedAt()) {
+			continue
+		}
+		if a == nil {
+			a = &podAcc{}
+			acc[uid] = a
+			order = append(order, uid)
+		}
+		a.created, a.ready = sb.GetCreatedAt(), ready
+		a.stats.PodRef = statsapi.PodReference{Name: sb.GetMetadata().GetName(), Namespace: sb.GetMetadata().GetNamespace(), UID: string(uid)}
+		a.stats.StartTime = metav1.NewTime(time.Unix(0, sb.GetCreatedAt()))
+	}
+
+	seenCPU := map[string]bool{}
+	for _, c := range containers {
+		// Only running containers count, as upstream: dead ones use no memory or CPU and
+		// their writable layers are container GC's business.
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		uid := types.UID(c.GetLabels()[cri.LabelPodUID])
+		a := acc[uid]
+		if a == nil {
+			continue
+		}
+		name := c.GetMetadata().GetName()
+		cs := statsapi.ContainerStats{Name: name, StartTime: metav1.NewTime(time.Unix(0, c.GetCreatedAt()))}
+		if s := byID[c.GetId()]; s != nil {
+			cs.Memory = criMemory(s.GetMemory(), mt)
+			cs.CPU = p.criCPU(c.GetId(), s.GetCpu(), now)
+			seenCPU[c.GetId()] = true
+			if wl := s.GetWritableLayer(); wl != nil {
+				cs.Rootfs = &statsapi.FsStats{Time: mt}
+				if wl.GetUsedBytes() != nil {
+					cs.Rootfs.UsedBytes = ptrTo(wl.GetUsedBytes().GetValue())
+				}
+				if wl.GetInodesUsed() != nil {
+					cs.Rootfs.InodesUsed = ptrTo(wl.GetInodesUsed().GetValue())
+				}
+			}
+		}
+		logDir := filepath.Join(p.cfg.PodLogsDir, fmt.Sprintf("%s_%s_%s", a.stats.PodRef.Namespace, a.stats.PodRef.Name, uid), name)
+		if used, inodes, err := p.fs.du(logDir, 0); err == nil {
+			cs.Logs = &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+		}
+		a.stats.Containers = append(a.stats.Containers, cs)
+	}
+	p.forgetCPU(seenCPU)
+
+	out := make([]statsapi.PodStats, 0, len(order))
+	for _, uid := range order {
+		a := acc[uid]
+		ps := a.stats
+		if !a.ready && len(ps.Containers) == 0 {
+			continue // a dead pod uses nothing
+		}
+		ps.VolumeStats = p.volumeStats(uid, rootDev, mt)
+		ps.Memory = sumMemory(ps.Containers, mt)
+		ps.CPU = sumCPU(ps.Containers, mt)
+		ps.EphemeralStorage = ephemeral(ps, mt)
+		if pod := known[uid]; pod != nil && p.cfg.PodCgroup != nil {
+			if dir := p.cfg.PodCgroup(pod); dir != "" {
+				if m := p.cgroupMemory(dir, mt); m != nil {
+					ps.Memory = m // the pod cgroup also counts the sandbox and tmpfs pages
+				}
+				if n, ok := p.cgroupPIDs(dir); ok {
+					ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
+				}
+			}
+		}
+		out = append(out, ps)
+	}
+	return out, nil
+}
+
+// volumeStats measures the pod's volume directories on nodefs. Volumes on another
+// filesystem (memory-backed emptyDir, tmpfs secrets) take no node disk and are skipped.
+func (p *Provider) volumeStats(uid types.UID, rootDev uint64, mt metav1.Time) []statsapi.VolumeStats {
+	base := filepath.Join(p.cfg.RootDir, "pods", string(uid), "volumes")
+	plugins, err := p.fs.readDir(base)
+	if err != nil {
+		return nil
+	}
+	var out []statsapi.VolumeStats
+	for _, plugin := range plugins {
+		vols, err := p.fs.readDir(filepath.Join(base, plugin))
+		if err != nil {
+			continue
+		}
+		for _, name := range vols {
+			dir := filepath.Join(base, plugin, name)
+			used, inodes, err := p.fs.du(dir, rootDev)
+			if err != nil {
+				continue
+			}
+			out = append(out, statsapi.VolumeStats{Name: name, FsStats: statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}})
+		}
+	}
+	return out
+}
+
+func ephemeral(ps statsapi.PodStats, mt metav1.Time) *statsapi.FsStats {
+	var used, inodes uint64
+	for _, c := range ps.Containers {
+		if c.Rootfs != nil {
+			used += deref(c.Rootfs.UsedBytes)
+			inodes += deref(c.Rootfs.InodesUsed)
+		}
+		if c.Logs != nil {
+			used += deref(c.Logs.UsedBytes)
+			inodes += deref(c.Logs.InodesUsed)
+		}
+	}
+	for _, v := range ps.VolumeStats {
+		used += deref(v.UsedBytes)
+		inodes += deref(v.InodesUsed)
+	}
+	return &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+}
+
+func criMemory(m *runtimeapi.MemoryUsage, mt metav1.Time) *statsapi.MemoryStats {
+	if m == nil {
+		return nil
+	}
+	out := &statsapi.MemoryStats{Time: mt}
+	if m.GetWorkingSetBytes() != nil {
+		out.WorkingSetBytes = ptrTo(m.GetWorkingSetBytes().GetValue())
+	}
+	if m.GetUsageBytes() != nil {
+		out.UsageBytes = ptrTo(m.GetUsageBytes().GetValue())
+	}
+	if m.GetRssBytes() != nil {
+		out.RSSBytes = ptrTo(m.GetRssBytes().GetValue())
+	}
+	if m.GetAvailableBytes() != nil {
+		out.AvailableBytes = ptrTo(m.GetAvailableBytes().GetValue())
+	}
+	return out
+}
+
+// criCPU reports the cumulative usage and, from the previous sample, the rate.
+func (p *Provider) criCPU(id string, c *runtimeapi.CpuUsage, now time.Time) *statsapi.CPUStats {
+	if c == nil || c.GetUsageCoreNanoSeconds() == nil {
+		return nil
+	}
+	total := c.GetUsageCoreNanoSeconds().GetValue()
+	out := &statsapi.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: &total}
+	if c.GetUsageNanoCores() != nil {
+		out.UsageNanoCores = ptrTo(c.GetUsageNanoCores().GetValue())
+	} else {
+		out.UsageNanoCores = p.rate(id, total, now)
+	}
+	return out
+}
+
+func (p *Provider) rate(key string, total uint64, now time.Time) *uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prev, ok := p.lastCPU[key]
+	p.lastCPU[key] = cpuSample{at: now, total: total}
+	dt := now.Sub(prev.at)
+	if !ok || dt <= 0 || total < prev.total {
+		return nil
+	}
+	r := uint64(float64(total-prev.total) / dt.Seconds())
+	return &r
+}
+
+// forgetCPU drops samples of containers that are gone, so the map does not grow.
+func (p *Provider) forgetCPU(seen map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.lastCPU {
+		if id != "" && !seen[id] {
+			delete(p.lastCPU, id)
+		}
+	}
+}
+
+func sumMemory(cs []statsapi.ContainerStats, mt metav1.Time) *statsapi.MemoryStats {
+	var ws, usage uint64
+	any := false
+	for _, c := range cs {
+		if c.Memory != nil && c.Memory.WorkingSetBytes != nil {
+			ws += *c.Memory.WorkingSetBytes
+			usage += deref(c.Memory.UsageBytes)
+			any = true
+		}
+	}
+	if !any {
+		return nil
+	}
+	return &statsapi.MemoryStats{Time: mt, WorkingSetBytes: &ws, UsageBytes: &usage}
+}
+
+func sumCPU(cs []statsapi.ContainerStats, mt metav1.Time) *statsapi.CPUStats {
+	var total, rate uint64
+	any, anyRate := false, false
+	for _, c := range cs {
+		if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil {
+			total += *c.CPU.UsageCoreNanoSeconds
+			any = true
+			if c.CPU.UsageNanoCores != nil {
+				rate += *c.CPU.UsageNanoCores
+				anyRate = true
+			}
+		}
+	}
+	if !any {
+		return nil
+	}
+	out := &statsapi.CPUStats{Time: mt, UsageCoreNanoSeconds: &total}
+	if anyRate {
+		out.UsageNanoCores = &rate
+	}
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

@@ -1,0 +1,227 @@
+package stats
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/cri"
+)
+
+type fakeRuntime struct {
+	sandboxes  []*runtimeapi.PodSandbox
+	containers []*runtimeapi.Container
+	stats      []*runtimeapi.ContainerStats
+	imageFs    *runtimeapi.ImageFsInfoResponse
+}
+
+func (f *fakeRuntime) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	return f.sandboxes, nil
+}
+func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	return f.containers, nil
+}
+func (f *fakeRuntime) ListContainerStats(context.Context, *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	return f.stats, nil
+}
+func (f *fakeRuntime) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+	return f.imageFs, nil
+}
+
+// devFs is the real filesystem with the device of some paths overridden, to model
+// an image filesystem of its own.
+type devFs struct {
+	osFs
+	devs map[string]uint64
+}
+
+func (d devFs) statfs(path string) (statsapi.FsStats, uint64, error) {
+	st, dev, err := d.osFs.statfs(path)
+	if o, ok := d.devs[path]; ok {
+		dev = o
+	}
+	return st, dev, err
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Value: v} }
+
+func TestNodeMemory(t *testing.T) {
+	const meminfo = "MemTotal:        1000 kB\nMemFree:          200 kB\nInactive(file):   100 kB\n"
+	tests := []struct {
+		name           string
+		unified        bool
+		cgroupUsage    string // v1 root memory.usage_in_bytes; "" = absent
+		cgroupInactive string
+		wantWS         uint64
+		wantAvail      uint64
+	}{
+		{name: "v1 root cgroup: usage minus total_inactive_file", cgroupUsage: "700000", cgroupInactive: "200000", wantWS: 500000, wantAvail: 1024000 - 500000},
+		{name: "v1 inactive above usage clamps to 0", cgroupUsage: "100", cgroupInactive: "200", wantWS: 0, wantAvail: 1024000},
+		{name: "v2: from meminfo", unified: true, wantWS: (1000 - 200 - 100) * 1024, wantAvail: 300 * 1024},
+		{name: "v1 without the memory cgroup falls back to meminfo", wantWS: 700 * 1024, wantAvail: 300 * 1024},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			proc, cg := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+			write(t, filepath.Join(proc, "meminfo"), meminfo)
+			if tt.cgroupUsage != "" {
+				write(t, filepath.Join(cg, "memory/memory.usage_in_bytes"), tt.cgroupUsage+"\n")
+				write(t, filepath.Join(cg, "memory/memory.stat"), "cache 5\ntotal_inactive_file "+tt.cgroupInactive+"\ntotal_rss 42\n")
+			}
+			p := New(Config{ProcRoot: proc, CgroupRoot: cg, Unified: tt.unified}, nil, nil, clocktesting.NewFakeClock(time.Now()))
+			m := p.nodeMemory(metav1.Now())
+			if m == nil {
+				t.Fatal("no memory stats")
+			}
+			if *m.WorkingSetBytes != tt.wantWS || *m.AvailableBytes != tt.wantAvail {
+				t.Errorf("workingSet=%d available=%d, want %d %d", *m.WorkingSetBytes, *m.AvailableBytes, tt.wantWS, tt.wantAvail)
+			}
+		})
+	}
+}
+
+func TestRlimitTakesTheSmallerLimit(t *testing.T) {
+	proc := filepath.Join(t.TempDir(), "proc")
+	write(t, filepath.Join(proc, "sys/kernel/pid_max"), "4194304\n")
+	write(t, filepath.Join(proc, "sys/kernel/threads-max"), "1000\n")
+	write(t, filepath.Join(proc, "loadavg"), "0.10 0.20 0.30 2/345 6789\n")
+	p := New(Config{ProcRoot: proc}, nil, nil, clocktesting.NewFakeClock(time.Now()))
+	r := p.rlimit(metav1.Now())
+	if r == nil || *r.MaxPID != 1000 || r.NumOfRunningProcesses == nil || *r.NumOfRunningProcesses != 345 {
+		t.Fatalf("rlimit = %+v, want max 1000, running 345", r)
+	}
+}
+
+func TestSnapshotPodsAndFilesystems(t *testing.T) {
+	dir := t.TempDir()
+	root, logs, imgDir := filepath.Join(dir, "root"), filepath.Join(dir, "logs"), filepath.Join(dir, "images")
+	proc, cg := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+	write(t, filepath.Join(proc, "meminfo"), "MemTotal: 1000 kB\nMemFree: 500 kB\n")
+	// Pod a: a ready sandbox (and an older dead one), a running and an exited container,
+	// an emptyDir with a 64 KiB file and a pod cgroup; pod b: only a dead sandbox.
+	write(t, filepath.Join(root, "pods/uid-a/volumes/kubernetes.io~empty-dir/scratch/data"), string(make([]byte, 64<<10)))
+	write(t, filepath.Join(logs, "ns_a_uid-a/app/0.log"), "hello\n")
+	write(t, filepath.Join(cg, "memory/kubepods/burstable/poduid-a/memory.usage_in_bytes"), "9000\n")
+	write(t, filepath.Join(cg, "memory/kubepods/burstable/poduid-a/memory.stat"), "total_inactive_file 1000\n")
+	write(t, filepath.Join(cg, "pids/kubepods/burstable/poduid-a/pids.current"), "7\n")
+	write(t, filepath.Join(cg, "memory/kubepods/memory.usage_in_bytes"), "50000\n")
+	write(t, filepath.Join(cg, "memory/kubepods/memory.stat"), "total_inactive_file 10000\n")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	md := func(name, uid string) *runtimeapi.PodSandboxMetadata {
+		return &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: uid}
+	}
+	start := time.Unix(1000, 0)
+	rt := &fakeRuntime{
+		sandboxes: []*runtimeapi.PodSandbox{
+			{Id: "old-a", Metadata: md("a", "uid-a"), State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, CreatedAt: start.UnixNano()},
+			{Id: "sb-a", Metadata: md("a", "uid-a"), State: runtimeapi.PodSandboxState_SANDBOX_READY, CreatedAt: start.Add(time.Second).UnixNano()},
+			{Id: "sb-b", Metadata: md("b", "uid-b"), State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, CreatedAt: start.UnixNano()},
+		},
+		containers: []*runtimeapi.Container{
+			{Id: "c1", PodSandboxId: "sb-a", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: map[string]string{cri.LabelPodUID: "uid-a"}},
+			{Id: "c0", PodSandboxId: "sb-a", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_EXITED, Labels: map[string]string{cri.LabelPodUID: "uid-a"}},
+		},
+		stats: []*runtimeapi.ContainerStats{{
+			Attributes:    &runtimeapi.ContainerAttributes{Id: "c1"},
+			Cpu:           &runtimeapi.CpuUsage{UsageCoreNanoSeconds: u64(1e9)},
+			Memory:        &runtimeapi.MemoryUsage{WorkingSetBytes: u64(4000), UsageBytes: u64(5000)},
+			WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: u64(12345), InodesUsed: u64(3)},
+		}},
+		imageFs: &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{{
+			FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: imgDir}, UsedBytes: u64(777),
+		}}},
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: types.UID("uid-a")}}
+	clk := clocktesting.NewFakeClock(time.Unix(2000, 0))
+
+	for _, dedicated := range []bool{false, true} {
+		p := New(Config{
+			RootDir: root, PodLogsDir: logs, ProcRoot: proc, CgroupRoot: cg, PodsCgroup: "/kubepods",
+			PodCgroup: func(*v1.Pod) string { return "/kubepods/burstable/poduid-a" },
+		}, rt, func() []*v1.Pod { return []*v1.Pod{pod} }, clk)
+		if dedicated {
+			p.fs = devFs{devs: map[string]uint64{imgDir: 4242}}
+		}
+		snap, err := p.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.DedicatedImageFs != dedicated {
+			t.Errorf("DedicatedImageFs = %v, want %v", snap.DedicatedImageFs, dedicated)
+		}
+		s := snap.Summary
+		if s.Node.Fs == nil || s.Node.Fs.CapacityBytes == nil || *s.Node.Fs.CapacityBytes == 0 {
+			t.Errorf("node fs not measured: %+v", s.Node.Fs)
+		}
+		if s.Node.Runtime == nil || s.Node.Runtime.ImageFs == nil || *s.Node.Runtime.ImageFs.UsedBytes != 777 {
+			t.Errorf("imagefs = %+v, want used 777 from the runtime", s.Node.Runtime)
+		}
+		if len(s.Node.SystemContainers) != 1 || *s.Node.SystemContainers[0].Memory.WorkingSetBytes != 40000 {
+			t.Errorf("pods system container = %+v, want working set 40000", s.Node.SystemContainers)
+		}
+		if len(s.Pods) != 1 {
+			t.Fatalf("pods = %d, want 1 (the dead-only pod b is left out)", len(s.Pods))
+		}
+		ps := s.Pods[0]
+		if ps.PodRef.UID != "uid-a" || !ps.StartTime.Equal(ptrTo(metav1.NewTime(start.Add(time.Second)))) {
+			t.Errorf("pod ref/start = %+v %v, want uid-a started with the ready sandbox", ps.PodRef, ps.StartTime)
+		}
+		if len(ps.Containers) != 1 || ps.Containers[0].Name != "app" || *ps.Containers[0].Rootfs.UsedBytes != 12345 {
+			t.Errorf("containers = %+v, want the running app with rootfs 12345", ps.Containers)
+		}
+		if ps.Containers[0].Logs == nil || *ps.Containers[0].Logs.UsedBytes == 0 {
+			t.Errorf("container logs not measured: %+v", ps.Containers[0].Logs)
+		}
+		if *ps.Memory.WorkingSetBytes != 8000 {
+			t.Errorf("pod working set = %d, want 8000 from the pod cgroup", *ps.Memory.WorkingSetBytes)
+		}
+		if ps.ProcessStats == nil || *ps.ProcessStats.ProcessCount != 7 {
+			t.Errorf("process stats = %+v, want 7", ps.ProcessStats)
+		}
+		if len(ps.VolumeStats) != 1 || ps.VolumeStats[0].Name != "scratch" || *ps.VolumeStats[0].UsedBytes < 64<<10 {
+			t.Errorf("volume stats = %+v, want scratch >= 64KiB", ps.VolumeStats)
+		}
+		if ps.EphemeralStorage == nil || *ps.EphemeralStorage.UsedBytes < 64<<10+12345 {
+			t.Errorf("ephemeral storage = %+v, want rootfs+logs+volumes", ps.EphemeralStorage)
+		}
+	}
+}
+
+func TestCPURateFromTwoSamples(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(100, 0))
+	p := New(Config{}, nil, nil, clk)
+	if r := p.criCPU("c", &runtimeapi.CpuUsage{UsageCoreNanoSeconds: u64(1e9)}, clk.Now()); r.UsageNanoCores != nil {
+		t.Fatalf("first sample has a rate %d", *r.UsageNanoCores)
+	}
+	clk.Step(2 * time.Second)
+	r := p.criCPU("c", &runtimeapi.CpuUsage{UsageCoreNanoSeconds: u64(2e9)}, clk.Now())
+	if r.UsageNanoCores == nil || *r.UsageNanoCores != 5e8 {
+		t.Fatalf("rate = %v, want 5e8 nanocores (1s of CPU over 2s)", r.UsageNanoCores)
+	}
+	p.forgetCPU(map[string]bool{})
+	if len(p.lastCPU) != 0 {
+		t.Errorf("samples of gone containers kept: %v", p.lastCPU)
+	}
+}

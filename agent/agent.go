@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
@@ -92,8 +94,18 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	// API clients: none in standalone mode.
 	var client, heartbeat kubernetes.Interface
+	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
-		client, heartbeat, err = newClients(opts.Kubeconfig, kc)
+		// TLS bootstrap (if needed) happens here; rotation starts below.
+		credential, err = newClientCredential(ctx, opts, nodeName, reg)
+		if err != nil {
+			if ctx.Err() != nil {
+				logger.Info("Stopped before a client certificate was issued; the bootstrap key is kept for the next start")
+				return nil
+			}
+			return fmt.Errorf("setting up the API client credential: %w", err)
+		}
+		client, heartbeat, err = newClientsForConfig(credential.RESTConfig(), kc)
 		if err != nil {
 			return err
 		}
@@ -154,6 +166,17 @@ func Run(ctx context.Context, opts *config.Options) error {
 		return opts.NodeLabels
 	}
 
+	if credential != nil {
+		goRun(func() { credential.Run(ctx, recorder) })
+	}
+	// serving.GetCertificate is the certificate source for the kubelet API's
+	// HTTPS server (tls.Config.GetCertificate).
+	serving, err := newServingCertificate(ctx, opts, nodeName, hostname, client, nodeCtl.Node, reg)
+	if err != nil {
+		return fmt.Errorf("setting up the serving certificate: %w", err)
+	}
+	goRun(func() { serving.Run(ctx, recorder) })
+
 	cg, err := setUpCgroups(ctx, kc, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity))
 	if err != nil {
 		return err
@@ -185,6 +208,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	if kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
 		crashMax = kc.CrashLoopBackOff.MaxContainerRestartPeriod.Duration
 	}
+	probes := newProbes(rt, recorder, clk)
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
@@ -196,6 +220,8 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Resources:             cg.resources,
 		CgroupParentFunc:      cg.cgroupParent,
 		PodCgroups:            podCgroups,
+		Hooks:                 probes.hooks,
+		Probes:                probes.mgr,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	var sources []string
@@ -228,6 +254,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	statusMgr := status.NewManager(client, pods, clk,
 		status.WithDeleteWhenReclaimed(func(p *v1.Pod) bool { return loop != nil && loop.CanDeletePod(p) }),
 		status.WithMetrics(reg))
+	probes.status.set(statusMgr)
 	loop = syncloop.New(syncloop.Config{
 		SyncFrequency: kc.SyncFrequency.Duration,
 		RootDir:       opts.RootDir,
@@ -237,6 +264,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
 		PodCgroups: cgroupCleaner,
+		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
 	})
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
@@ -318,6 +346,11 @@ func newClients(kubeconfig string, kc *kubeletconfigv1beta1.KubeletConfiguration
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
+	return newClientsForConfig(rc, kc)
+}
+
+// newClientsForConfig is newClients for a loaded (possibly rotating) configuration.
+func newClientsForConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, kubernetes.Interface, error) {
 	rc.UserAgent = "nodelet/" + Version
 	if kc.KubeAPIQPS == nil {
 		rc.QPS = 50

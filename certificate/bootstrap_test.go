@@ -1,0 +1,258 @@
+package certificate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/keyutil"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+const testNode = "node-a"
+
+func TestKubeconfigStillValid(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	dir := t.TempDir()
+	goodCert, goodKey := ca.clientPair(t, testNode, now.Add(-time.Hour), now.Add(time.Hour))
+	oldCert, oldKey := ca.clientPair(t, testNode, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	_, otherKey := ca.clientPair(t, testNode, now, now.Add(time.Hour))
+	for _, tc := range []struct {
+		name       string
+		write      func(path string)
+		want       bool
+		wantReason string
+	}{
+		{name: "missing", write: func(string) {}, wantReason: "does not exist"},
+		{name: "garbage", write: func(p string) { os.WriteFile(p, []byte("{{{"), 0o600) }, wantReason: "cannot be loaded"},
+		{name: "token only", write: func(p string) { writeKubeconfigFile(t, p, "https://127.0.0.1:1", ca.certPEM, "abc.def", nil, nil) }, wantReason: "no client certificate"},
+		{name: "expired", write: func(p string) { writeKubeconfigFile(t, p, "https://127.0.0.1:1", ca.certPEM, "", oldCert, oldKey) }, wantReason: "expired at"},
+		{name: "key of another cert", write: func(p string) { writeKubeconfigFile(t, p, "https://127.0.0.1:1", ca.certPEM, "", goodCert, otherKey) }, wantReason: "not a usable pair"},
+		{name: "valid", write: func(p string) { writeKubeconfigFile(t, p, "https://127.0.0.1:1", ca.certPEM, "", goodCert, goodKey) }, want: true},
+		{name: "valid with cert files", write: func(p string) {
+			os.WriteFile(p+".crt", goodCert, 0o600)
+			os.WriteFile(p+".key", goodKey, 0o600)
+			os.WriteFile(p, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {client-certificate: "+p+".crt, client-key: "+p+".key}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600)
+		}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".conf")
+			tc.write(p)
+			got, reason, err := KubeconfigStillValid(p, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want || !strings.Contains(reason, tc.wantReason) {
+				t.Errorf("KubeconfigStillValid = %v, %q; want %v, reason containing %q", got, reason, tc.want, tc.wantReason)
+			}
+		})
+	}
+}
+
+func newBootstrapper(dir string, cp kubernetes.Interface, clk *testingclock.FakeClock) *Bootstrapper {
+	return &Bootstrapper{
+		NodeName:            testNode,
+		CertDir:             filepath.Join(dir, "pki"),
+		BootstrapKubeconfig: filepath.Join(dir, "bootstrap.conf"),
+		Clock:               clk,
+		NewClient:           func(*rest.Config) (kubernetes.Interface, error) { return cp, nil },
+	}
+}
+
+func TestBootstrapperRetries(t *testing.T) {
+	ca := newTestCA(t)
+	for _, tc := range []struct {
+		name        string
+		decisions   []csrDecision
+		createErrs  []error
+		wantReasons []string
+		wantMsg     string
+		// wantCSRs is how many distinct CSRs get created.
+		wantCSRs int
+	}{
+		{name: "issued at once", wantCSRs: 1},
+		{
+			name:        "wrong or expired token, then fixed",
+			createErrs:  []error{apierrors.NewUnauthorized("Unauthorized"), apierrors.NewUnauthorized("Unauthorized")},
+			wantReasons: []string{FailureUnauthorized, FailureUnauthorized},
+			wantMsg:     "bootstrap token is wrong or expired",
+			wantCSRs:    1,
+		},
+		{
+			name:        "not allowed to create CSRs",
+			createErrs:  []error{apierrors.NewForbidden(certificatesv1.Resource("certificatesigningrequests"), "", errors.New("no"))},
+			wantReasons: []string{FailureForbidden},
+			wantMsg:     "system:node-bootstrapper",
+			wantCSRs:    1,
+		},
+		{
+			name:        "denied, then a new key is approved",
+			decisions:   []csrDecision{deny, approveAndIssue},
+			wantReasons: []string{FailureDenied},
+			wantMsg:     `was denied (reason "NotAllowed", message "test says no")`,
+			wantCSRs:    2,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cp := newFakeControlPlane(t, ca, time.Hour, tc.decisions...)
+			cp.createErrs = tc.createErrs
+			writeKubeconfigFile(t, filepath.Join(dir, "bootstrap.conf"), "https://127.0.0.1:1", ca.certPEM, "abcdef.0123456789abcdef", nil, nil)
+			fc := testingclock.NewFakeClock(time.Now())
+			runClock(t, fc)
+			b := newBootstrapper(dir, cp, fc)
+			var reasons []string
+			var msgs []string
+			var keys [][]byte
+			b.OnFailure = func(e *BootstrapError) {
+				reasons = append(reasons, e.Reason)
+				msgs = append(msgs, e.Error())
+				k, _ := os.ReadFile(b.pendingKeyPath())
+				keys = append(keys, k)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			issued, err := b.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(reasons, ",") != strings.Join(tc.wantReasons, ",") {
+				t.Errorf("failure reasons = %v, want %v", reasons, tc.wantReasons)
+			}
+			if tc.wantMsg != "" && (len(msgs) == 0 || !strings.Contains(msgs[0], tc.wantMsg)) {
+				t.Errorf("first failure %q does not say %q", msgs, tc.wantMsg)
+			}
+			if got := cp.createdNames(); len(got) != tc.wantCSRs {
+				t.Errorf("CSRs created = %v, want %d", got, tc.wantCSRs)
+			}
+			if err := checkIssued(issued.CertPEM, issued.KeyPEM, "system:node:"+testNode, time.Now()); err != nil {
+				t.Errorf("issued certificate: %v", err)
+			}
+			// A failure other than a refusal keeps the key for the next attempt.
+			for i, r := range reasons {
+				if r == FailureUnauthorized && i > 0 && !bytes.Equal(keys[i], keys[0]) {
+					t.Errorf("the key changed between attempts after %s", r)
+				}
+			}
+			onDisk, err := os.ReadFile(b.pendingKeyPath())
+			if err != nil || !bytes.Equal(onDisk, issued.KeyPEM) {
+				t.Errorf("the pending key file does not hold the issued certificate's key (err %v)", err)
+			}
+			if m := fileMode(t, b.pendingKeyPath()); m != 0o600 {
+				t.Errorf("pending key mode = %o, want 600", m)
+			}
+			c := cp.csrs[len(cp.csrs)-1]
+			if c.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+				t.Errorf("signer = %q", c.Spec.SignerName)
+			}
+			if got := c.Spec.Usages; len(got) != 2 || got[0] != certificatesv1.UsageDigitalSignature || got[1] != certificatesv1.UsageClientAuth {
+				t.Errorf("usages = %v, want digital signature and client auth (ECDSA key)", got)
+			}
+		})
+	}
+}
+
+func TestBootstrapperUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	// Port 1 on loopback: connection refused.
+	writeKubeconfigFile(t, filepath.Join(dir, "bootstrap.conf"), "https://127.0.0.1:1", ca.certPEM, "abcdef.0123456789abcdef", nil, nil)
+	fc := testingclock.NewFakeClock(time.Now())
+	b := newBootstrapper(dir, nil, fc)
+	b.NewClient = nil // a real client against nothing
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got *BootstrapError
+	b.OnFailure = func(e *BootstrapError) { got = e; cancel() }
+	if _, err := b.Run(ctx); err == nil {
+		t.Fatal("Run succeeded against no API server")
+	}
+	if got == nil || got.Reason != FailureUnreachable || !strings.Contains(got.Error(), "cannot reach the API server at https://127.0.0.1:1") {
+		t.Fatalf("failure = %v, want Unreachable naming the server", got)
+	}
+	if _, err := os.Stat(b.pendingKeyPath()); err != nil {
+		t.Errorf("the key must survive a failed attempt: %v", err)
+	}
+}
+
+// A restart while the CSR is pending finds the same CSR (its name comes from
+// the key on disk) instead of filing a second one.
+func TestBootstrapperRestartReusesPendingCSR(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	cp := newFakeControlPlane(t, ca, time.Hour, leavePending)
+	writeKubeconfigFile(t, filepath.Join(dir, "bootstrap.conf"), "https://127.0.0.1:1", ca.certPEM, "abcdef.0123456789abcdef", nil, nil)
+	fc := testingclock.NewFakeClock(time.Now())
+
+	first, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := newBootstrapper(dir, cp, fc).Run(first); done <- err }()
+	waitUntil(t, func() bool { return len(cp.createdNames()) == 1 })
+	cancel() // nodelet stops while waiting for approval
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run: %v, want canceled", err)
+	}
+	name := cp.createdNames()[0]
+
+	runClock(t, fc)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		cp.issuePending(t, ctx, name)
+	}()
+	issued, err := newBootstrapper(dir, cp, fc).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if issued.CSR != name {
+		t.Errorf("second run used CSR %s, want the pending %s", issued.CSR, name)
+	}
+	list, _ := cp.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if len(list.Items) != 1 {
+		t.Errorf("%d CSRs exist, want 1", len(list.Items))
+	}
+}
+
+func TestClientCSRNameIsStable(t *testing.T) {
+	k1, _ := keyutil.MakeEllipticPrivateKeyPEM()
+	k2, _ := keyutil.MakeEllipticPrivateKeyPEM()
+	a, err := newClientCSR(testNode, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newClientCSR(testNode, k1)
+	c, _ := newClientCSR(testNode, k2)
+	d, _ := newClientCSR("node-b", k1)
+	if a.name != b.name {
+		t.Errorf("same key and node: %s != %s", a.name, b.name)
+	}
+	if a.name == c.name || a.name == d.name {
+		t.Errorf("different key or node must give another name: %s %s %s", a.name, c.name, d.name)
+	}
+	if !strings.HasPrefix(a.name, "node-csr-") {
+		t.Errorf("name %s", a.name)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -43,8 +43,19 @@ type BackoffChecker interface {
 	Get(id string) time.Duration
 }
 
+// Unhealthy says whether a running container failed its liveness or startup
+// probe ("liveness", "startup"); nil means no probes.
+type Unhealthy func(containerID string) (probe string, failed bool)
+
 // ComputeActions decides what to do for pod given its runtime status.
 func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time) Actions {
+	return ComputeActionsWithProbes(pod, st, backoff, now, nil)
+}
+
+// ComputeActionsWithProbes is ComputeActions where containers that failed a
+// liveness or startup probe are killed (and restarted on a later sync, by the
+// restart policy and back-off, once the runtime reports them dead).
+func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, unhealthy Unhealthy) Actions {
 	a := Actions{NextInit: -1, KillContainers: map[string]string{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
 
@@ -90,6 +101,8 @@ func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now
 			if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				if hashChanged(hashOf(prev), c) {
 					a.KillContainers[prev.Id] = "Container spec hash changed"
+				} else if msg, bad := probeKill(pod, c, prev, unhealthy, true); bad {
+					a.KillContainers[prev.Id] = msg
 				}
 				continue
 			}
@@ -144,6 +157,14 @@ func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now
 				wanted++
 				continue
 			}
+			if msg, bad := probeKill(pod, c, prev, unhealthy, false); bad {
+				a.KillContainers[prev.Id] = msg
+				// It restarts on the next sync through the usual restart policy and back-off.
+				if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+					wanted++
+				}
+				continue
+			}
 			keep++
 		case prev.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			// Created but never started (nodelet stopped in between): replace it.
@@ -165,6 +186,23 @@ func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now
 		a.KillPod = true
 	}
 	return a
+}
+
+// probeKill returns the Killing message for a running container that failed its
+// liveness or startup probe, worded as upstream.
+func probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, unhealthy Unhealthy, sidecar bool) (string, bool) {
+	if unhealthy == nil {
+		return "", false
+	}
+	probe, bad := unhealthy(prev.Id)
+	if !bad {
+		return "", false
+	}
+	msg := fmt.Sprintf("Container %s failed %s probe", c.Name, probe)
+	if sidecar || pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+		msg += ", will be restarted"
+	}
+	return msg, true
 }
 
 // startOrBackoff reports whether the dead container prev may be restarted now,

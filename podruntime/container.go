@@ -114,6 +114,10 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	}
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount)
+	if err := m.runPostStart(ctx, pod, c, id, firstIP(podIPs)); err != nil {
+		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		return &podstatus.Waiting{Reason: "PostStartHookError", Message: err.Error()}, err
+	}
 	return nil, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -75,6 +76,15 @@ type Config struct {
 	Resources cgroups.ResourceOptions
 	// PodCgroups, when set, creates each pod's cgroup before its sandbox.
 	PodCgroups PodCgroups
+	// Hooks, when set, runs postStart and preStop handlers.
+	Hooks Hooks
+	// Probes, when set, says which running containers failed liveness or startup.
+	Probes ProbeResults
+}
+
+// ProbeResults reports containers that failed their liveness or startup probe.
+type ProbeResults interface {
+	Unhealthy(containerID string) (probe string, failed bool)
 }
 
 // PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).
@@ -141,28 +151,40 @@ type Result struct {
 // SyncPod drives the runtime one step toward pod's spec.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	acts := ComputeActions(pod, st, m.backoff, m.clock.Now())
+	var unhealthy Unhealthy
+	if m.cfg.Probes != nil {
+		unhealthy = m.cfg.Probes.Unhealthy
+	}
+	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), unhealthy)
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"nextInit", acts.NextInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))
 
+	// Containers killed for a reason (probe failure, changed spec) go first, so
+	// their Killing event says why even when the whole pod stops next.
+	killed := map[string]bool{}
+	for _, c := range st.Containers {
+		reason, ok := acts.KillContainers[c.Id]
+		if !ok {
+			continue
+		}
+		res.Changed = true
+		killed[c.Id] = true
+		logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
+		if err := m.killContainer(ctx, pod, c, firstIP(m.podIPs(pod, st)), gracePeriod(pod, nil), reason); err != nil {
+			return res, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
+		}
+	}
 	if acts.KillPod {
 		if acts.CreateSandbox && len(st.Sandboxes) > 0 {
 			m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 		}
-		if err := m.KillPod(ctx, pod, st, nil); err != nil {
+		if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
 			return res, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
 		}
 		res.Changed = true
 		if !acts.CreateSandbox {
 			return res, nil
-		}
-	}
-	for id, reason := range acts.KillContainers {
-		res.Changed = true
-		logger.Info("Stopping container", "containerID", id, "reason", reason)
-		if err := m.rt.StopContainer(ctx, id, gracePeriod(pod, nil)); err != nil && !isNotFound(err) {
-			return res, fmt.Errorf("stopping container %s (%s): %w", id, reason, err)
 		}
 	}
 	if !acts.CreateSandbox && acts.NextInit < 0 && len(acts.StartContainers) == 0 {
@@ -279,44 +301,69 @@ func gracePeriod(pod *v1.Pod, override *int64) int64 {
 	case pod.Spec.TerminationGracePeriodSeconds != nil:
 		g = *pod.Spec.TerminationGracePeriodSeconds
 	}
-	// The upstream kubelet never kills faster than this, so a container always gets a chance.
-	const minimumGracePeriod = 2
+	// The upstream kubelet never kills faster than minimumGracePeriod, so a container always gets a chance.
 	if g < minimumGracePeriod {
 		g = minimumGracePeriod
 	}
 	return g
 }
 
-// KillPod stops every running container of the pod (in parallel, each with the
-// grace period) and then its sandboxes. Containers and sandboxes stay for GC or
-// RemovePod, so logs and exit codes survive.
+// KillPod stops the pod's running containers and then its sandboxes: app (and
+// init) containers first, in parallel, each running its preStop hook inside the
+// grace period; then sidecars, one by one in reverse order, with what is left of
+// the grace period. Containers and sandboxes stay for GC or RemovePod, so logs
+// and exit codes survive.
 func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64) error {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	return m.killPod(ctx, pod, st, graceOverride, nil)
+}
+
+func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64, skip map[string]bool) error {
 	grace := gracePeriod(pod, graceOverride)
-	var wg sync.WaitGroup
-	errCh := make(chan error, len(st.Containers))
+	start := m.clock.Now()
+	podIP := firstIP(m.podIPs(pod, st))
+	sidecarOrder := map[string]int{}
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			sidecarOrder[pod.Spec.InitContainers[i].Name] = i
+		}
+	}
+	var regular, sidecars []*runtimeapi.ContainerStatus
 	for _, c := range st.Containers {
-		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING && c.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		if skip[c.Id] || (c.State != runtimeapi.ContainerState_CONTAINER_RUNNING && c.State != runtimeapi.ContainerState_CONTAINER_CREATED) {
 			continue
 		}
+		if _, ok := sidecarOrder[containerName(c)]; ok {
+			sidecars = append(sidecars, c)
+		} else {
+			regular = append(regular, c)
+		}
+	}
+	sort.Slice(sidecars, func(i, j int) bool {
+		return sidecarOrder[containerName(sidecars[i])] > sidecarOrder[containerName(sidecars[j])]
+	})
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, c := range regular {
 		wg.Add(1)
-		go func(c *runtimeapi.ContainerStatus) {
+		go func() {
 			defer wg.Done()
-			name := containerName(c)
-			if pod.Name != "" {
-				m.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "Stopping container %s", name)
+			if err := m.killContainer(ctx, pod, c, podIP, grace, ""); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-			logger.V(2).Info("Killing container", "container", name, "containerID", c.Id, "gracePeriod", grace)
-			if err := m.rt.StopContainer(ctx, c.Id, grace); err != nil && !isNotFound(err) {
-				errCh <- fmt.Errorf("stopping container %s: %w", name, err)
-			}
-		}(c)
+		}()
 	}
 	wg.Wait()
-	close(errCh)
-	var errs []error
-	for err := range errCh {
-		errs = append(errs, err)
+	for _, c := range sidecars {
+		left := grace - int64(m.clock.Since(start).Seconds())
+		if left < minimumGracePeriod {
+			left = minimumGracePeriod
+		}
+		if err := m.killContainer(ctx, pod, c, podIP, left, ""); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, sb := range st.Sandboxes {
 		if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
@@ -327,6 +374,21 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// podIPs are the addresses hooks reach the pod at: the node's for host-network pods.
+func (m *Manager) podIPs(pod *v1.Pod, st *pleg.PodStatus) []string {
+	if pod.Spec.HostNetwork {
+		return m.node().HostIPs
+	}
+	return st.IPs
+}
+
+func firstIP(ips []string) string {
+	if len(ips) == 0 {
+		return ""
+	}
+	return ips[0]
 }
 
 // RemovePod removes every container and sandbox of a pod that is gone for good,

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cgroups"
@@ -22,6 +23,13 @@ import (
 type Waiting struct {
 	Reason  string
 	Message string
+}
+
+// ContainerProbes answers for running containers: started (startup probe passed
+// or none) and ready (readiness probe passed, or none).
+type ContainerProbes interface {
+	Started(podUID types.UID, container, containerID string) bool
+	Ready(podUID types.UID, container, containerID string) bool
 }
 
 // Input is everything Generate needs.
@@ -39,7 +47,10 @@ type Input struct {
 	// Readiness reports probe-driven readiness for a running container; nil
 	// means a running container is ready (no probes yet).
 	Readiness func(containerID string) (ready, known bool)
-	Now       time.Time
+	// Probes, when set, gives probe-driven started and ready flags of running
+	// containers (startup and readiness probes).
+	Probes ContainerProbes
+	Now    time.Time
 	// Terminal means the pod is done on this node (deleted, or finished): its phase
 	// must become Succeeded or Failed once its containers stopped.
 	Terminal bool
@@ -84,8 +95,8 @@ func Generate(in Input) v1.PodStatus {
 	}
 
 	byName := containersByName(rt)
-	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, byName, prev.InitContainerStatuses)
-	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses)
+	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, byName, prev.InitContainerStatuses, true)
+	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses, false)
 
 	s.Phase = phase(pod, s.InitContainerStatuses, s.ContainerStatuses)
 	if in.Terminal && !IsTerminal(s.Phase) && !anyRunning(s.InitContainerStatuses) && !anyRunning(s.ContainerStatuses) {
@@ -146,7 +157,7 @@ func containersByName(rt *pleg.PodStatus) map[string][]*runtimeapi.ContainerStat
 	return m
 }
 
-func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runtimeapi.ContainerStatus, prev []v1.ContainerStatus) []v1.ContainerStatus {
+func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runtimeapi.ContainerStatus, prev []v1.ContainerStatus, isInit bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -190,19 +201,29 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 		switch cur.State {
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			cs.State.Running = &v1.ContainerStateRunning{StartedAt: nanoTime(cur.StartedAt)}
-			ready := true
-			if in.Readiness != nil {
+			started := true
+			if in.Probes != nil {
+				started = in.Probes.Started(in.Pod.UID, spec.Name, cur.Id)
+			}
+			// A running init container is never ready; an app container or sidecar is
+			// once started and its readiness probe (if any) passed.
+			ready := started && !(isInit && !isSidecar(spec))
+			if ready && in.Probes != nil {
+				ready = in.Probes.Ready(in.Pod.UID, spec.Name, cur.Id)
+			}
+			if ready && in.Readiness != nil {
 				if r, known := in.Readiness(cur.Id); known {
 					ready = r
 				}
 			}
 			cs.Ready = ready
-			started := true
 			cs.Started = &started
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
 			cs.State.Terminated = terminated(in, spec, cur)
 			started := false
 			cs.Started = &started
+			// A completed init container counts as ready, as upstream reports it.
+			cs.Ready = isInit && !isSidecar(spec) && cur.ExitCode == 0
 		default:
 			reason := "ContainerCreating"
 			if w, ok := in.Waiting[spec.Name]; ok {

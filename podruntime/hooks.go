@@ -1,0 +1,110 @@
+package podruntime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/prober"
+)
+
+// Hooks runs lifecycle handlers (prober.Handler).
+type Hooks interface {
+	RunHook(ctx context.Context, clk clock.Clock, pod *v1.Pod, t prober.Target, hook *v1.LifecycleHandler) (string, error)
+}
+
+// minimumGracePeriod is the least a container gets between SIGTERM and SIGKILL,
+// also after a preStop hook used up most of the grace period.
+const minimumGracePeriod = 2
+
+// specByName finds a container (app, init or sidecar) of the pod.
+func specByName(pod *v1.Pod, name string) *v1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+// killContainer stops one container: event Killing with message (or the default
+// "Stopping container X"), the preStop hook inside the grace period, then
+// StopContainer with what is left of the grace.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, c *runtimeapi.ContainerStatus, podIP string, grace int64, message string) error {
+	name := containerName(c)
+	spec := specByName(pod, name)
+	if message == "" {
+		message = fmt.Sprintf("Stopping container %s", name)
+	}
+	if pod.Name != "" {
+		m.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "%s", message)
+	}
+	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && m.cfg.Hooks != nil &&
+		c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		grace -= m.runPreStop(ctx, pod, spec, c.Id, podIP, grace)
+		if grace < minimumGracePeriod {
+			grace = minimumGracePeriod
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Killing container", "pod", klog.KObj(pod), "container", name, "containerID", c.Id, "gracePeriod", grace)
+	if err := m.rt.StopContainer(ctx, c.Id, grace); err != nil && !isNotFound(err) {
+		return fmt.Errorf("stopping container %s: %w", name, err)
+	}
+	return nil
+}
+
+// runPreStop runs the preStop hook for at most grace seconds and returns the
+// whole seconds it took, which the caller takes off the grace period.
+func (m *Manager) runPreStop(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, podIP string, grace int64) int64 {
+	start := m.clock.Now()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		msg, err := m.cfg.Hooks.RunHook(hctx, m.clock, pod, prober.Target{PodIP: podIP, Container: spec, ContainerID: id}, spec.Lifecycle.PreStop)
+		if err != nil && hctx.Err() == nil {
+			klog.FromContext(ctx).Info("PreStop hook failed", "pod", klog.KObj(pod), "container", spec.Name, "err", err)
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "%s", msg)
+		}
+	}()
+	select {
+	case <-done:
+	case <-m.clock.After(time.Duration(grace) * time.Second):
+		klog.FromContext(ctx).Info("PreStop hook did not finish within the grace period", "pod", klog.KObj(pod), "container", spec.Name, "gracePeriod", grace)
+		cancel()
+	case <-ctx.Done():
+	}
+	return int64(m.clock.Since(start).Seconds())
+}
+
+// runPostStart runs the postStart hook of a just started container. On failure
+// the container is killed and the returned Waiting explains it.
+func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, id, podIP string) error {
+	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || m.cfg.Hooks == nil {
+		return nil
+	}
+	msg, err := m.cfg.Hooks.RunHook(ctx, m.clock, pod, prober.Target{PodIP: podIP, Container: c, ContainerID: id}, c.Lifecycle.PostStart)
+	if err == nil {
+		return nil
+	}
+	m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "%s", msg)
+	st := &runtimeapi.ContainerStatus{
+		Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
+	}
+	if kerr := m.killContainer(ctx, pod, st, podIP, gracePeriod(pod, nil), "FailedPostStartHook"); kerr != nil {
+		klog.FromContext(ctx).Error(kerr, "Killing container after its postStart hook failed", "pod", klog.KObj(pod), "container", c.Name)
+	}
+	return fmt.Errorf("postStart hook of container %s: %w", c.Name, err)
+}

@@ -1,0 +1,234 @@
+package prober
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// worker probes one container of one pod with one probe, every period.
+type worker struct {
+	m         *Manager
+	key       workerKey
+	pod       *v1.Pod
+	container *v1.Container
+	spec      *v1.Probe
+	results   *results
+	initial   Result
+
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	manual   chan struct{}
+
+	// Owned by the worker goroutine.
+	containerID string
+	lastResult  Result
+	resultRun   int
+	// onHold stops probing a container that failed liveness or finished its
+	// startup verdict, until a new container ID replaces it.
+	onHold bool
+}
+
+func newWorker(m *Manager, k workerKey, pod *v1.Pod, c *v1.Container, p *v1.Probe) *worker {
+	w := &worker{
+		m: m, key: k, pod: pod, container: c, spec: withDefaults(p), results: m.resultsFor(k.probe),
+		stopCh: make(chan struct{}), manual: make(chan struct{}, 1),
+	}
+	switch k.probe {
+	case Readiness:
+		w.initial = Failure
+	case Liveness:
+		w.initial = Success
+	default:
+		w.initial = Unknown
+	}
+	return w
+}
+
+// withDefaults applies the API's probe defaults (static pods may skip defaulting).
+func withDefaults(p *v1.Probe) *v1.Probe {
+	p = p.DeepCopy()
+	if p.PeriodSeconds <= 0 {
+		p.PeriodSeconds = 10
+	}
+	if p.TimeoutSeconds <= 0 {
+		p.TimeoutSeconds = 1
+	}
+	if p.SuccessThreshold <= 0 {
+		p.SuccessThreshold = 1
+	}
+	if p.FailureThreshold <= 0 {
+		p.FailureThreshold = 3
+	}
+	return p
+}
+
+func (w *worker) stop() { w.stopOnce.Do(func() { close(w.stopCh) }) }
+
+func (w *worker) trigger() {
+	select {
+	case w.manual <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(w.pod), "podUID", w.pod.UID, "container", w.container.Name, "probeType", w.key.probe)
+	ctx = klog.NewContext(ctx, logger)
+	period := time.Duration(w.spec.PeriodSeconds) * time.Second
+	defer func() {
+		if w.containerID != "" {
+			w.results.remove(w.containerID)
+		}
+		w.m.removeWorker(w)
+	}()
+
+	// Workers made at start-up (adopted pods) begin at a random point of their
+	// period, so 110 pods' probes spread over the period instead of firing together.
+	if w.m.clock.Since(w.m.start) < period {
+		select {
+		case <-w.m.clock.After(time.Duration(rand.Float64() * float64(period))):
+		case <-w.stopCh:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	ticker := w.m.clock.NewTicker(period)
+	defer ticker.Stop()
+	for w.doProbe(ctx) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.stopCh:
+			return
+		case <-ticker.C():
+		case <-w.manual:
+		}
+	}
+	logger.V(4).Info("Probe worker done")
+}
+
+// findStatus returns the container's status in the pod status.
+func (w *worker) findStatus(s v1.PodStatus) *v1.ContainerStatus {
+	for _, list := range [][]v1.ContainerStatus{s.ContainerStatuses, s.InitContainerStatuses} {
+		for i := range list {
+			if list[i].Name == w.container.Name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// willRestart says whether a terminated container of this pod comes back.
+func (w *worker) willRestart(t *v1.ContainerStateTerminated) bool {
+	if w.container.RestartPolicy != nil && *w.container.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		return true
+	}
+	switch w.pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return t.ExitCode != 0
+	}
+	return true
+}
+
+// doProbe probes once and reports whether the worker should keep going.
+func (w *worker) doProbe(ctx context.Context) bool {
+	status, ok := w.m.status.GetPodStatus(w.pod.UID)
+	if !ok {
+		return true // not synced yet
+	}
+	if status.Phase == v1.PodSucceeded || status.Phase == v1.PodFailed {
+		return false
+	}
+	cs := w.findStatus(status)
+	if cs == nil || cs.ContainerID == "" {
+		return true
+	}
+	id := rawID(cs.ContainerID)
+	if w.containerID != id {
+		if w.containerID != "" {
+			w.results.remove(w.containerID)
+		}
+		w.containerID = id
+		w.results.set(ctx, id, w.initial, w.pod.UID)
+		w.onHold = false
+		w.lastResult, w.resultRun = Unknown, 0
+	}
+	if w.onHold {
+		return true
+	}
+	if cs.State.Running == nil {
+		if t := cs.State.Terminated; t != nil {
+			w.results.set(ctx, id, Failure, w.pod.UID)
+			return w.willRestart(t)
+		}
+		return true
+	}
+	if w.pod.DeletionTimestamp != nil && (w.key.probe == Liveness || w.key.probe == Startup) {
+		// A terminating pod is not restarted for failing probes.
+		w.results.set(ctx, id, Success, w.pod.UID)
+		return false
+	}
+	if w.m.clock.Since(cs.State.Running.StartedAt.Time) < time.Duration(w.spec.InitialDelaySeconds)*time.Second {
+		return true
+	}
+	started := cs.Started != nil && *cs.Started
+	if started && w.key.probe == Startup {
+		return true // startup is over; keep the worker for the next container instance
+	}
+	if !started && w.key.probe != Startup {
+		return true // startup probe still gates the others
+	}
+
+	res := w.probe(ctx, status)
+	if res == Unknown {
+		return true // an error: keep the previous verdict
+	}
+	if res == w.lastResult {
+		w.resultRun++
+	} else {
+		w.lastResult, w.resultRun = res, 1
+	}
+	if (res == Failure && w.resultRun < int(w.spec.FailureThreshold)) ||
+		(res == Success && w.resultRun < int(w.spec.SuccessThreshold)) {
+		return true
+	}
+	w.results.set(ctx, id, res, w.pod.UID)
+	if (w.key.probe == Liveness || w.key.probe == Startup) && res == Failure {
+		// The container is about to be killed; do not probe it again.
+		w.onHold = true
+		w.resultRun = 0
+	}
+	if w.key.probe == Startup && res == Success {
+		w.onHold = true
+	}
+	return true
+}
+
+// probe runs the action once, recording Unhealthy for failures as upstream does.
+func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
+	ip := status.PodIP
+	target := Target{PodIP: ip, Container: w.container, ContainerID: w.containerID}
+	res, output, err := w.m.handler.Probe(ctx, target, w.spec)
+	logger := klog.FromContext(ctx)
+	switch {
+	case err != nil:
+		logger.V(1).Info("Probe errored", "err", err)
+		w.m.event(w.pod, "Unhealthy", "%s probe errored: %v", w.key.probe, err)
+		return Unknown
+	case res == Failure:
+		logger.V(1).Info("Probe failed", "output", output)
+		w.m.event(w.pod, "Unhealthy", "%s probe failed: %s", w.key.probe, output)
+	default:
+		logger.V(4).Info("Probe succeeded")
+	}
+	return res
+}

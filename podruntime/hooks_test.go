@@ -184,7 +184,9 @@ func TestPreStopHook(t *testing.T) {
 		{
 			name: "failure is an event and the container still stops", grace: 30,
 			hook: func(*testingclock.FakeClock) func(context.Context, string) (string, error) {
-				return func(context.Context, string) (string, error) { return "Exec lifecycle hook failed", errors.New("exit 1") }
+				return func(context.Context, string) (string, error) {
+					return "Exec lifecycle hook failed", errors.New("exit 1")
+				}
 			},
 			wantGrace: 30, wantEvent: "Warning FailedPreStopHook Exec lifecycle hook failed",
 		},

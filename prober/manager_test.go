@@ -350,4 +350,3 @@ func TestDeletionStopsLiveness(t *testing.T) {
 		t.Error("probed the liveness of a terminating pod")
 	}
 }
-

@@ -29,6 +29,7 @@ import (
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/podstatus"
+	"github.com/nodelet/nodelet/prober"
 )
 
 // Runtime runs pods.
@@ -73,6 +74,19 @@ type PodCgroups interface {
 	RemoveCgroup(ctx context.Context, name cgroups.CgroupName) error
 }
 
+// Probes runs container probes (prober.Manager). Result changes arrive on
+// their own channels and wake the pod's worker: readiness and startup changes
+// update the status, liveness and startup failures make the sync kill the container.
+type Probes interface {
+	AddPod(ctx context.Context, pod *v1.Pod)
+	RemovePod(uid types.UID)
+	UpdatePodStatus(pod *v1.Pod, status v1.PodStatus)
+	podstatus.ContainerProbes
+	LivenessUpdates() <-chan prober.Update
+	ReadinessUpdates() <-chan prober.Update
+	StartupUpdates() <-chan prober.Update
+}
+
 // Sources deliver the desired pods.
 type Sources interface {
 	Updates() <-chan podconfig.Update
@@ -104,6 +118,8 @@ type Deps struct {
 	Registerer prometheus.Registerer // optional
 	// PodCgroups, when set, lets housekeeping remove cgroups of pods that stopped.
 	PodCgroups PodCgroups
+	// Probes, when set, runs startup, liveness and readiness probes.
+	Probes Probes
 	// Admitters are extra admission checks (node shutdown, pressure); the first
 	// rejection wins.
 	Admitters []func(pod *v1.Pod) *Rejection
@@ -187,6 +203,10 @@ func (l *Loop) Run(ctx context.Context) {
 	defer housekeeping.Stop()
 	updates := l.deps.Sources.Updates()
 	events := l.deps.PLEG.Watch()
+	var liveness, readiness, startup <-chan prober.Update
+	if l.deps.Probes != nil {
+		liveness, readiness, startup = l.deps.Probes.LivenessUpdates(), l.deps.Probes.ReadinessUpdates(), l.deps.Probes.StartupUpdates()
+	}
 	logger.Info("Starting sync loop")
 	l.workersWG.Add(1)
 	go func() {
@@ -222,6 +242,14 @@ func (l *Loop) Run(ctx context.Context) {
 			if w != nil {
 				w.wakeSync()
 			}
+		case u := <-liveness:
+			if u.Result == prober.Failure {
+				l.wakePod(u.PodUID)
+			}
+		case u := <-readiness:
+			l.wakePod(u.PodUID)
+		case u := <-startup:
+			l.wakePod(u.PodUID)
 		case <-resync.C():
 			now := l.deps.Clock.Now()
 			l.mu.Lock()
@@ -245,6 +273,16 @@ func (l *Loop) Run(ctx context.Context) {
 				close(l.synced)
 			})
 		}
+	}
+}
+
+// wakePod asks the pod's worker for a sync now.
+func (l *Loop) wakePod(uid types.UID) {
+	l.mu.Lock()
+	w := l.workers[uid]
+	l.mu.Unlock()
+	if w != nil {
+		w.wakeSync()
 	}
 }
 

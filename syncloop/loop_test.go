@@ -84,11 +84,15 @@ type rig struct {
 	status  *fakeStatus
 	vols    *fakeVolumes
 	loop    *Loop
+	rec     *record.FakeRecorder
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
-func newRig(t *testing.T, fake *cri.FakeRuntime) *rig {
+// rigOption changes the rig's wiring before the loop starts (e.g. adds probes).
+type rigOption func(ctx context.Context, r *rig, cfg *podruntime.Config, deps *Deps)
+
+func newRig(t *testing.T, fake *cri.FakeRuntime, opts ...rigOption) *rig {
 	t.Helper()
 	if fake == nil {
 		fake = cri.NewFakeRuntime(t)
@@ -115,9 +119,14 @@ func newRig(t *testing.T, fake *cri.FakeRuntime) *rig {
 		}}
 	}
 	rec := record.NewFakeRecorder(1000)
-	rt := podruntime.New(podruntime.Config{RootDir: dir, PodLogsDir: dir + "/logs"}, client, client, r.vols, noEnv{}, nodeFacts, rec, clk)
-	r.loop = New(Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond},
-		Deps{Runtime: rt, Cache: cache, PLEG: g, Status: r.status, Volumes: r.vols, Sources: r.sources, Node: nodeFacts, Recorder: rec, Clock: clk})
+	r.rec = rec
+	rtCfg := podruntime.Config{RootDir: dir, PodLogsDir: dir + "/logs"}
+	deps := Deps{Cache: cache, PLEG: g, Status: r.status, Volumes: r.vols, Sources: r.sources, Node: nodeFacts, Recorder: rec, Clock: clk}
+	for _, o := range opts {
+		o(ctx, r, &rtCfg, &deps)
+	}
+	deps.Runtime = podruntime.New(rtCfg, client, client, r.vols, noEnv{}, nodeFacts, rec, clk)
+	r.loop = New(Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond}, deps)
 	go g.Start(ctx)
 	go func() { r.loop.Run(ctx); close(r.done) }()
 	t.Cleanup(func() {

@@ -194,12 +194,45 @@ func (l *Loop) previousStatus(pod *v1.Pod) v1.PodStatus {
 
 func (l *Loop) generate(pod *v1.Pod, st *pleg.PodStatus, prev v1.PodStatus, waiting map[string]podstatus.Waiting, terminal bool) v1.PodStatus {
 	node := l.deps.Node()
-	return podstatus.Generate(podstatus.Input{
+	in := podstatus.Input{
 		Pod: pod, Runtime: st, Previous: prev, Waiting: waiting,
 		HostIPs: node.HostIPs, RuntimeName: l.cfg.RuntimeName,
 		TerminationMessage: podruntime.TerminationMessage,
 		Now:                l.deps.Clock.Now(), Terminal: terminal,
-	})
+	}
+	if l.deps.Probes != nil {
+		in.Probes = l.deps.Probes
+	}
+	return podstatus.Generate(in)
+}
+
+// setStatus stores status and tells the probers, which probe what it names.
+func (l *Loop) setStatus(pod *v1.Pod, status v1.PodStatus) {
+	l.deps.Status.SetPodStatus(pod, status)
+	if l.deps.Probes != nil {
+		l.deps.Probes.UpdatePodStatus(pod, status)
+	}
+}
+
+// Upstream's wording for pods past spec.activeDeadlineSeconds.
+const (
+	reasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// deadlineLeft returns how long the pod may still be active, and whether it has
+// a deadline at all. The deadline counts from the pod's status.startTime.
+func deadlineLeft(pod *v1.Pod, prev v1.PodStatus, now time.Time) (time.Duration, bool) {
+	if pod.Spec.ActiveDeadlineSeconds == nil || prev.StartTime == nil || prev.StartTime.IsZero() {
+		return 0, false
+	}
+	return prev.StartTime.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
+}
+
+func deadlineExceededStatus(s *v1.PodStatus) {
+	s.Phase = v1.PodFailed
+	s.Reason = reasonDeadlineExceeded
+	s.Message = messageDeadlineExceeded
 }
 
 func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
@@ -222,6 +255,13 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 	if state >= stateTerminated {
 		w.markStopped()
 	}
+	if state == stateSync && !deleting && u.statusFn == nil && !podstatus.IsTerminal(prev.Phase) {
+		if left, ok := deadlineLeft(pod, prev, now); ok && left <= 0 {
+			logger.Info("Pod exceeded its active deadline; killing it", "activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds)
+			l.deps.Recorder.Eventf(pod, v1.EventTypeNormal, reasonDeadlineExceeded, "%s", messageDeadlineExceeded)
+			u.statusFn = deadlineExceededStatus
+		}
+	}
 	if state == stateSync && (deleting || u.grace != nil || u.statusFn != nil || podstatus.IsTerminal(prev.Phase)) {
 		state = stateTerminating
 		w.setState(state)
@@ -229,7 +269,7 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 	switch state {
 	case stateSync:
 		status := l.generate(pod, st, prev, w.waiting, false)
-		l.deps.Status.SetPodStatus(pod, status)
+		l.setStatus(pod, status)
 		l.observeStart(w, pod, status)
 		if podstatus.IsTerminal(status.Phase) {
 			logger.V(2).Info("Pod reached a terminal phase", "phase", status.Phase)
@@ -238,6 +278,9 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 			w.wakeSync()
 			return
 		}
+		if l.deps.Probes != nil {
+			l.deps.Probes.AddPod(ctx, pod)
+		}
 		res, err := l.deps.Runtime.SyncPod(ctx, pod, st)
 		w.lastSync = l.deps.Clock.Now()
 		if res.Changed {
@@ -245,7 +288,7 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		}
 		if changedWaiting(w.waiting, res.Waiting) {
 			w.waiting = res.Waiting
-			l.deps.Status.SetPodStatus(pod, l.generate(pod, st, status, w.waiting, false))
+			l.setStatus(pod, l.generate(pod, st, status, w.waiting, false))
 		}
 		if res.InitFailed {
 			w.setState(stateTerminating)
@@ -259,6 +302,9 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		}
 		if res.RequeueAfter > 0 && res.RequeueAfter < next {
 			next = res.RequeueAfter
+		}
+		if left, ok := deadlineLeft(pod, status, w.lastSync); ok && left < next {
+			next = max(left, 0)
 		}
 		w.requeue(w.lastSync.Add(next))
 
@@ -297,6 +343,9 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 		fallthrough
 
 	case stateTerminated:
+		if l.deps.Probes != nil {
+			l.deps.Probes.RemovePod(pod.UID)
+		}
 		if err := l.deps.Volumes.TearDownPod(ctx, pod.UID); err != nil {
 			logger.Error(err, "Error tearing down pod volumes, will retry")
 			w.requeue(l.deps.Clock.Now().Add(time.Second))

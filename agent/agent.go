@@ -265,7 +265,6 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
-		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
 	})
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)

@@ -88,7 +88,15 @@ start() {
 	fi
 	log "starting $name"
 	echo "=== $(date -u +%FT%TZ) starting: $*" >>"$LOGS/$name.log"
-	setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+	# The daemon must not inherit the caller's descriptors beyond stdio: a lock such as
+	# `flock /run/nodelet-rig.lock up.sh` would otherwise be held for the daemon's lifetime.
+	(
+		for fd in /proc/$BASHPID/fd/*; do
+			fd=${fd##*/}
+			((fd > 2)) && eval "exec $fd>&-"
+		done
+		exec setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1
+	) &
 	echo $! >"$RUN/$name.pid"
 }
 

@@ -150,6 +150,18 @@ func (m *Manager) RemovePod(uid types.UID) {
 	}
 }
 
+// StopLivenessAndStartup stops the pod's liveness and startup workers: a pod
+// being stopped is not restarted for failing them. Readiness keeps running.
+func (m *Manager) StopLivenessAndStartup(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, w := range m.workers {
+		if k.uid == uid && k.probe != Readiness {
+			w.stop()
+		}
+	}
+}
+
 // Wait blocks until every worker has returned (after ctx ended or RemovePod).
 func (m *Manager) Wait() { m.wg.Wait() }
 

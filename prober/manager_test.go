@@ -276,6 +276,8 @@ func TestWorkersStop(t *testing.T) {
 		policy v1.RestartPolicy
 		status func(time.Time) v1.PodStatus
 		remove bool
+		// stopLiveness calls StopLivenessAndStartup; the readiness worker stays.
+		stopLiveness bool
 	}{
 		{name: "pod succeeded", policy: v1.RestartPolicyAlways, status: func(now time.Time) v1.PodStatus {
 			s := runningStatus(true, now)
@@ -288,6 +290,7 @@ func TestWorkersStop(t *testing.T) {
 			return s
 		}},
 		{name: "RemovePod", policy: v1.RestartPolicyAlways, status: func(now time.Time) v1.PodStatus { return runningStatus(true, now) }, remove: true},
+		{name: "StopLivenessAndStartup keeps readiness", policy: v1.RestartPolicyAlways, status: func(now time.Time) v1.PodStatus { return runningStatus(true, now) }, stopLiveness: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -305,6 +308,17 @@ func TestWorkersStop(t *testing.T) {
 			}
 			eventually(t, "first probes", func() bool { return h.exec.count("ready") > 0 && h.exec.count("alive") > 0 })
 			h.status.set(pod.UID, tt.status(h.clk.Now()))
+			if tt.stopLiveness {
+				h.m.StopLivenessAndStartup(pod.UID)
+				eventually(t, "the liveness worker gone", func() bool { return h.m.workerCount() == 1 })
+				if h.m.getWorker(pod.UID, "app", Readiness) == nil {
+					t.Fatal("the readiness worker stopped too")
+				}
+				if _, ok := h.m.liveness.get("c1"); ok {
+					t.Error("the stopped liveness worker left its result")
+				}
+				return
+			}
 			if tt.remove {
 				h.m.RemovePod(pod.UID)
 			} else {

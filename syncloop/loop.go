@@ -80,6 +80,7 @@ type PodCgroups interface {
 type Probes interface {
 	AddPod(ctx context.Context, pod *v1.Pod)
 	RemovePod(uid types.UID)
+	StopLivenessAndStartup(uid types.UID)
 	UpdatePodStatus(pod *v1.Pod, status v1.PodStatus)
 	podstatus.ContainerProbes
 	LivenessUpdates() <-chan prober.Update

@@ -265,6 +265,9 @@ func (l *Loop) syncWorker(ctx context.Context, w *worker, u *update) {
 	if state == stateSync && (deleting || u.grace != nil || u.statusFn != nil || podstatus.IsTerminal(prev.Phase)) {
 		state = stateTerminating
 		w.setState(state)
+		if l.deps.Probes != nil {
+			l.deps.Probes.StopLivenessAndStartup(pod.UID)
+		}
 	}
 	switch state {
 	case stateSync:

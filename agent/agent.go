@@ -303,6 +303,19 @@ func Run(ctx context.Context, opts *config.Options) error {
 		goRun(func() { healthz.serve(ctx) })
 	}
 
+	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
+	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
+		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
+		pods: loop.ActivePods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
+		metrics: reg, clock: clk,
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the kubelet API server: %w", err)
+	}
+	if serveAPI != nil {
+		goRun(serveAPI)
+	}
+
 	select {
 	case <-loop.Synced():
 		sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/server"
+)
+
+// apiServerDeps are the parts the kubelet API serves from.
+type apiServerDeps struct {
+	nodeName string
+	client   kubernetes.Interface // nil in standalone mode
+	runtime  server.Runtime
+	// getCertificate is the serving certificate (tlsCertFile, self-signed or rotated).
+	getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	pods           func() []*v1.Pod
+	podStatus      func(types.UID) (v1.PodStatus, bool)
+	pleg, loop     healthChecker
+	metrics        prometheus.Gatherer
+	summary        server.SummaryProvider // nil: the stats endpoints answer 503
+	clock          clock.WithTicker
+}
+
+// newAPIServer builds the kubelet API on port/readOnlyPort with the configured
+// authentication and authorization, opens its ports, and returns the function that
+// serves them until ctx ends (nil when both ports are 0). As upstream, webhook
+// authentication or authorization without an API client is a start-up error.
+func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (func(), error) {
+	if kc.Port == 0 && kc.ReadOnlyPort == 0 {
+		return nil, nil
+	}
+	authn, err := newAuthenticator(kc, d.client, d.clock)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := newAuthorizer(kc, d.client, d.clock)
+	if err != nil {
+		return nil, err
+	}
+	suites, err := server.CipherSuites(kc.TLSCipherSuites)
+	if err != nil {
+		return nil, err
+	}
+	minVersion, err := server.TLSVersion(kc.TLSMinVersion)
+	if err != nil {
+		return nil, err
+	}
+	pods := func() []*v1.Pod {
+		active := d.pods()
+		out := make([]*v1.Pod, 0, len(active))
+		for _, p := range active {
+			// The spec the node runs, with the status it last computed (as upstream's /pods).
+			if st, ok := d.podStatus(p.UID); ok {
+				p = p.DeepCopy()
+				p.Status = st
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	srv := server.New(server.Config{
+		NodeName:                d.nodeName,
+		Address:                 kc.Address,
+		Port:                    kc.Port,
+		ReadOnlyPort:            kc.ReadOnlyPort,
+		GetCertificate:          d.getCertificate,
+		CipherSuites:            suites,
+		MinVersion:              minVersion,
+		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
+	}, server.Deps{
+		Authenticator: authn,
+		Authorizer:    authz,
+		Runtime:       d.runtime,
+		Pods:          pods,
+		Health:        []server.HealthCheck{{Name: "pleg", Checker: d.pleg}, {Name: "syncloop", Checker: d.loop}},
+		Metrics:       d.metrics,
+		Summary:       d.summary,
+		Clock:         d.clock,
+	})
+	return srv.Listen(ctx)
+}
+
+func newAuthenticator(kc *kubeletconfigv1beta1.KubeletConfiguration, client kubernetes.Interface, clk clock.PassiveClock) (server.Authenticator, error) {
+	a := kc.Authentication
+	u := &server.UnionAuthenticator{Anonymous: ptr.Deref(a.Anonymous.Enabled, false)}
+	if f := a.X509.ClientCAFile; f != "" {
+		pool, err := certutil.NewPool(f)
+		if err != nil {
+			return nil, fmt.Errorf("loading authentication.x509.clientCAFile %s: %w", f, err)
+		}
+		u.Authenticators = append(u.Authenticators, &server.X509Authenticator{Roots: pool, Clock: clk})
+	}
+	if ptr.Deref(a.Webhook.Enabled, false) {
+		if client == nil {
+			return nil, errors.New("no client provided, cannot use webhook authentication (authentication.webhook.enabled needs --kubeconfig)")
+		}
+		u.Authenticators = append(u.Authenticators, server.NewTokenAuthenticator(client.AuthenticationV1().TokenReviews(), a.Webhook.CacheTTL.Duration, clk))
+	}
+	return u, nil
+}
+
+func newAuthorizer(kc *kubeletconfigv1beta1.KubeletConfiguration, client kubernetes.Interface, clk clock.PassiveClock) (server.Authorizer, error) {
+	switch kc.Authorization.Mode {
+	case kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow:
+		return server.AlwaysAllow{}, nil
+	case kubeletconfigv1beta1.KubeletAuthorizationModeWebhook, "":
+		if client == nil {
+			return nil, errors.New("no client provided, cannot use webhook authorization (authorization.mode Webhook needs --kubeconfig)")
+		}
+		w := kc.Authorization.Webhook
+		return server.NewWebhookAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), w.CacheAuthorizedTTL.Duration, w.CacheUnauthorizedTTL.Duration, clk), nil
+	}
+	return nil, fmt.Errorf("unknown authorization.mode %q (AlwaysAllow or Webhook)", kc.Authorization.Mode)
+}

@@ -1,0 +1,443 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+)
+
+// User is an authenticated caller.
+type User struct {
+	Name   string
+	UID    string
+	Groups []string
+	Extra  map[string][]string
+}
+
+// The identity of a request without credentials when anonymous access is on (as upstream).
+const (
+	AnonymousUser        = "system:anonymous"
+	UnauthenticatedGroup = "system:unauthenticated"
+	AuthenticatedGroup   = "system:authenticated"
+)
+
+// Authenticator says who sent a request. ok=false with a nil error means the request
+// carried no credentials this authenticator understands; an error means it carried
+// credentials that are not valid.
+type Authenticator interface {
+	Authenticate(r *http.Request) (user *User, ok bool, err error)
+}
+
+// Attributes is what the authorizer is asked about: a request against the Node object.
+type Attributes struct {
+	User        *User
+	Verb        string
+	Resource    string // always "nodes"
+	Subresource string
+	Name        string // the node name
+	Path        string
+}
+
+// Authorizer decides whether a request may proceed.
+type Authorizer interface {
+	Authorize(ctx context.Context, a Attributes) (allowed bool, reason string, err error)
+}
+
+// ---------------------------------------------------------------- authentication
+
+// X509Authenticator accepts client certificates that chain to the client CA: user from
+// the subject's CN, groups from its O.
+type X509Authenticator struct {
+	Roots *x509.CertPool
+	Clock clock.PassiveClock
+}
+
+func (a *X509Authenticator) Authenticate(r *http.Request) (*User, bool, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil, false, nil
+	}
+	certs := r.TLS.PeerCertificates
+	opts := x509.VerifyOptions{
+		Roots:         a.Roots,
+		Intermediates: x509.NewCertPool(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if a.Clock != nil {
+		opts.CurrentTime = a.Clock.Now()
+	}
+	for _, c := range certs[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := certs[0].Verify(opts); err != nil {
+		return nil, false, fmt.Errorf("verifying the client certificate %q: %w", certs[0].Subject.CommonName, err)
+	}
+	cn := certs[0].Subject.CommonName
+	if cn == "" {
+		return nil, false, errors.New("client certificate has no common name")
+	}
+	return &User{Name: cn, Groups: append([]string(nil), certs[0].Subject.Organization...)}, true, nil
+}
+
+// TokenReviewer is the API call the webhook token authenticator makes
+// (client-go's TokenReviewInterface has it).
+type TokenReviewer interface {
+	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
+// TokenAuthenticator checks bearer tokens with a TokenReview and caches the answer
+// (both outcomes) for TTL, as upstream's cached webhook authenticator does.
+type TokenAuthenticator struct {
+	Client  TokenReviewer
+	TTL     time.Duration
+	Timeout time.Duration
+	cache   *ttlCache[tokenResult]
+}
+
+type tokenResult struct {
+	user *User
+	ok   bool
+}
+
+// NewTokenAuthenticator returns a TokenReview authenticator with a cache of ttl.
+func NewTokenAuthenticator(client TokenReviewer, ttl time.Duration, clk clock.PassiveClock) *TokenAuthenticator {
+	return &TokenAuthenticator{Client: client, TTL: ttl, Timeout: 10 * time.Second, cache: newTTLCache[tokenResult](clk, 4096)}
+}
+
+func (a *TokenAuthenticator) Authenticate(r *http.Request) (*User, bool, error) {
+	auth := strings.TrimSpace(r.Header.Get("Authorization"))
+	if auth == "" {
+		return nil, false, nil
+	}
+	scheme, token, found := strings.Cut(auth, " ")
+	if !found || !strings.EqualFold(scheme, "bearer") {
+		return nil, false, nil
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return nil, false, nil
+	}
+	sum := sha256.Sum256([]byte(token))
+	key := hex.EncodeToString(sum[:])
+	if res, hit := a.cache.get(key); hit {
+		if !res.ok {
+			return nil, false, errors.New("invalid bearer token")
+		}
+		return res.user, true, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.Timeout)
+	defer cancel()
+	resp, err := a.Client.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		// Not cached: the API server may be back on the next request.
+		return nil, false, fmt.Errorf("reviewing the bearer token: %w", err)
+	}
+	res := tokenResult{ok: resp.Status.Authenticated}
+	if res.ok {
+		u := resp.Status.User
+		res.user = &User{Name: u.Username, UID: u.UID, Groups: u.Groups}
+		if len(u.Extra) > 0 {
+			res.user.Extra = map[string][]string{}
+			for k, v := range u.Extra {
+				res.user.Extra[k] = v
+			}
+		}
+	}
+	a.cache.set(key, res, a.TTL)
+	if !res.ok {
+		return nil, false, errors.New("invalid bearer token")
+	}
+	return res.user, true, nil
+}
+
+// UnionAuthenticator tries each authenticator in turn. Invalid credentials fail the
+// request even when anonymous access is on (upstream's fail-on-error union); only a
+// request with no credentials at all becomes system:anonymous.
+type UnionAuthenticator struct {
+	Authenticators []Authenticator
+	Anonymous      bool
+}
+
+func (u *UnionAuthenticator) Authenticate(r *http.Request) (*User, bool, error) {
+	var errs []error
+	for _, a := range u.Authenticators {
+		user, ok, err := a.Authenticate(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			if !contains(user.Groups, AuthenticatedGroup) {
+				user.Groups = append(append([]string(nil), user.Groups...), AuthenticatedGroup)
+			}
+			return user, true, nil
+		}
+	}
+	if len(errs) > 0 {
+		return nil, false, errors.Join(errs...)
+	}
+	if u.Anonymous {
+		return &User{Name: AnonymousUser, Groups: []string{UnauthenticatedGroup}}, true, nil
+	}
+	return nil, false, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------- authorization
+
+// AlwaysAllow is authorization.mode AlwaysAllow.
+type AlwaysAllow struct{}
+
+func (AlwaysAllow) Authorize(context.Context, Attributes) (bool, string, error) { return true, "", nil }
+
+// SubjectAccessReviewer is the API call the webhook authorizer makes.
+type SubjectAccessReviewer interface {
+	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// WebhookAuthorizer asks the API server with a SubjectAccessReview and caches allowed
+// answers for AllowTTL and denied ones for DenyTTL (upstream: 5m and 30s).
+type WebhookAuthorizer struct {
+	Client   SubjectAccessReviewer
+	AllowTTL time.Duration
+	DenyTTL  time.Duration
+	Timeout  time.Duration
+	cache    *ttlCache[sarResult]
+}
+
+type sarResult struct {
+	allowed bool
+	reason  string
+}
+
+// NewWebhookAuthorizer returns a SubjectAccessReview authorizer with its cache.
+func NewWebhookAuthorizer(client SubjectAccessReviewer, allowTTL, denyTTL time.Duration, clk clock.PassiveClock) *WebhookAuthorizer {
+	return &WebhookAuthorizer{Client: client, AllowTTL: allowTTL, DenyTTL: denyTTL, Timeout: 10 * time.Second, cache: newTTLCache[sarResult](clk, 4096)}
+}
+
+func (a *WebhookAuthorizer) Authorize(ctx context.Context, attrs Attributes) (bool, string, error) {
+	spec := authorizationv1.SubjectAccessReviewSpec{
+		User:   attrs.User.Name,
+		UID:    attrs.User.UID,
+		Groups: attrs.User.Groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb:        attrs.Verb,
+			Version:     "v1",
+			Resource:    attrs.Resource,
+			Subresource: attrs.Subresource,
+			Name:        attrs.Name,
+		},
+	}
+	if len(attrs.User.Extra) > 0 {
+		spec.Extra = map[string]authorizationv1.ExtraValue{}
+		for k, v := range attrs.User.Extra {
+			spec.Extra[k] = v
+		}
+	}
+	key := sarKey(spec)
+	if res, hit := a.cache.get(key); hit {
+		return res.allowed, res.reason, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
+	resp, err := a.Client.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("creating a SubjectAccessReview: %w", err)
+	}
+	res := sarResult{allowed: resp.Status.Allowed && !resp.Status.Denied, reason: resp.Status.Reason}
+	ttl := a.DenyTTL
+	if res.allowed {
+		ttl = a.AllowTTL
+	}
+	a.cache.set(key, res, ttl)
+	return res.allowed, res.reason, nil
+}
+
+func sarKey(s authorizationv1.SubjectAccessReviewSpec) string {
+	var b strings.Builder
+	ra := s.ResourceAttributes
+	fmt.Fprintf(&b, "%q|%q|%q|%q|%q|%q|%q", s.User, s.UID, strings.Join(s.Groups, ","), ra.Verb, ra.Resource, ra.Subresource, ra.Name)
+	keys := make([]string, 0, len(s.Extra))
+	for k := range s.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "|%q=%q", k, strings.Join(s.Extra[k], ","))
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------- request -> attributes
+
+// verbFor maps the HTTP method to the API verb as upstream does. A websocket upgrade
+// arrives as GET and is authorized as get (upstream keeps that; see kubernetes#136550).
+func verbFor(method string) string {
+	switch method {
+	case http.MethodPost:
+		return "create"
+	case http.MethodGet:
+		return "get"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return ""
+}
+
+func isSubpath(p, prefix string) bool {
+	p, prefix = strings.TrimSuffix(p, "/"), strings.TrimSuffix(prefix, "/")
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
+// RequestAttributes returns the attribute records a request is authorized against, in
+// order: a fine-grained subresource first where upstream has one (KubeletFineGrainedAuthz:
+// /pods -> pods, /healthz -> healthz, /configz -> configz), then the coarse one
+// (stats, metrics, log, spec, checkpoint, or proxy for everything else). Any allowed record
+// lets the request through.
+func RequestAttributes(u *User, nodeName string, r *http.Request) []Attributes {
+	p := path.Clean(r.URL.Path)
+	base := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: nodeName, Path: r.URL.Path}
+	var subs []string
+	switch {
+	case isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
+		subs = []string{"pods", "proxy"}
+	case isSubpath(p, "/healthz"):
+		subs = []string{"healthz", "proxy"}
+	case isSubpath(p, "/configz"):
+		subs = []string{"configz", "proxy"}
+	case isSubpath(p, "/stats"):
+		subs = []string{"stats"}
+	case isSubpath(p, "/metrics"):
+		subs = []string{"metrics"}
+	case isSubpath(p, "/logs"):
+		subs = []string{"log"}
+	case isSubpath(p, "/spec"):
+		subs = []string{"spec"}
+	case isSubpath(p, "/checkpoint"):
+		subs = []string{"checkpoint"}
+	default:
+		subs = []string{"proxy"}
+	}
+	out := make([]Attributes, len(subs))
+	for i, s := range subs {
+		out[i] = base
+		out[i].Subresource = s
+	}
+	return out
+}
+
+// withAuth authenticates and authorizes every request before next sees it: 401 without
+// valid credentials, 403 when denied, 500 when the authorizer fails.
+func withAuth(next http.Handler, nodeName string, authn Authenticator, authz Authorizer, logf func(msg string, kv ...any)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok, err := authn.Authenticate(r)
+		if err != nil || !ok {
+			if err != nil {
+				logf("Unable to authenticate the request", "path", r.URL.Path, "err", err)
+			}
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		records := RequestAttributes(user, nodeName, r)
+		var lastErr error
+		for _, a := range records {
+			allowed, _, err := authz.Authorize(r.Context(), a)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			if allowed {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		a := records[len(records)-1]
+		if lastErr != nil {
+			logf("Authorization error", "user", user.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
+			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
+			return
+		}
+		msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource)
+		logf("Forbidden request", "user", user.Name, "verb", a.Verb, "subresource", a.Subresource, "path", r.URL.Path)
+		http.Error(w, msg, http.StatusForbidden)
+	})
+}
+
+// ---------------------------------------------------------------- cache
+
+// ttlCache is a small expiring map. When full, expired entries are dropped, and if it is
+// still full it is emptied: a burst of distinct credentials must not grow it unbounded.
+type ttlCache[V any] struct {
+	clock clock.PassiveClock
+	max   int
+	mu    sync.Mutex
+	items map[string]ttlEntry[V]
+}
+
+type ttlEntry[V any] struct {
+	v       V
+	expires time.Time
+}
+
+func newTTLCache[V any](clk clock.PassiveClock, max int) *ttlCache[V] {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &ttlCache[V]{clock: clk, max: max, items: map[string]ttlEntry[V]{}}
+}
+
+func (c *ttlCache[V]) get(k string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[k]
+	if !ok || !c.clock.Now().Before(e.expires) {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
+func (c *ttlCache[V]) set(k string, v V, ttl time.Duration) {
+	if ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	if len(c.items) >= c.max {
+		for key, e := range c.items {
+			if !now.Before(e.expires) {
+				delete(c.items, key)
+			}
+		}
+		if len(c.items) >= c.max {
+			c.items = map[string]ttlEntry[V]{}
+		}
+	}
+	c.items[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
+}

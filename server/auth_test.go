@@ -1,0 +1,295 @@
+package server
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestRequestAttributes(t *testing.T) {
+	u := &User{Name: "alice"}
+	tests := []struct {
+		method, path string
+		verb         string
+		subs         []string
+	}{
+		{"GET", "/stats/summary", "get", []string{"stats"}},
+		{"GET", "/stats", "get", []string{"stats"}},
+		{"GET", "/statsfoo", "get", []string{"proxy"}},
+		{"GET", "/metrics", "get", []string{"metrics"}},
+		{"GET", "/metrics/resource", "get", []string{"metrics"}},
+		{"GET", "/metrics/cadvisor", "get", []string{"metrics"}},
+		{"GET", "/logs/", "get", []string{"log"}},
+		{"GET", "/logs/syslog", "get", []string{"log"}},
+		{"GET", "/spec/", "get", []string{"spec"}},
+		{"POST", "/checkpoint/ns/pod/c", "create", []string{"checkpoint"}},
+		{"GET", "/pods", "get", []string{"pods", "proxy"}},
+		{"GET", "/runningpods/", "get", []string{"pods", "proxy"}},
+		{"GET", "/healthz", "get", []string{"healthz", "proxy"}},
+		{"GET", "/configz", "get", []string{"configz", "proxy"}},
+		{"POST", "/exec/ns/pod/c", "create", []string{"proxy"}},
+		// A websocket upgrade arrives as GET and stays "get", as upstream.
+		{"GET", "/exec/ns/pod/c", "get", []string{"proxy"}},
+		{"POST", "/attach/ns/pod/c", "create", []string{"proxy"}},
+		{"POST", "/portForward/ns/pod", "create", []string{"proxy"}},
+		{"POST", "/run/ns/pod/c", "create", []string{"proxy"}},
+		{"GET", "/containerLogs/ns/pod/c", "get", []string{"proxy"}},
+		{"PUT", "/foo", "update", []string{"proxy"}},
+		{"PATCH", "/foo", "patch", []string{"proxy"}},
+		{"DELETE", "/foo", "delete", []string{"proxy"}},
+		{"GET", "/metrics/../exec/x", "get", []string{"proxy"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "https://node"+tc.path, nil)
+			got := RequestAttributes(u, "node-1", r)
+			if len(got) != len(tc.subs) {
+				t.Fatalf("got %d records %+v, want subresources %v", len(got), got, tc.subs)
+			}
+			for i, a := range got {
+				if a.Verb != tc.verb || a.Resource != "nodes" || a.Name != "node-1" || a.Subresource != tc.subs[i] || a.User != u {
+					t.Errorf("record %d = %+v, want verb %s nodes/%s name node-1", i, a, tc.verb, tc.subs[i])
+				}
+			}
+		})
+	}
+}
+
+type fakeTokenReviewer struct {
+	calls  atomic.Int32
+	tokens map[string]authenticationv1.UserInfo
+	err    error
+}
+
+func (f *fakeTokenReviewer) Create(_ context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	f.calls.Add(1)
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := tr.DeepCopy()
+	if u, ok := f.tokens[tr.Spec.Token]; ok {
+		out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: u}
+	}
+	return out, nil
+}
+
+type fakeSAR struct {
+	calls atomic.Int32
+	allow func(authorizationv1.SubjectAccessReviewSpec) bool
+	err   error
+}
+
+func (f *fakeSAR) Create(_ context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	f.calls.Add(1)
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := sar.DeepCopy()
+	out.Status.Allowed = f.allow(sar.Spec)
+	return out, nil
+}
+
+func TestTokenAuthenticatorCaches(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	rev := &fakeTokenReviewer{tokens: map[string]authenticationv1.UserInfo{"good": {Username: "sa", Groups: []string{"g"}}}}
+	a := NewTokenAuthenticator(rev, 2*time.Minute, clk)
+	req := func(tok string) *http.Request {
+		r := httptest.NewRequest("GET", "/pods", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return r
+	}
+	u, ok, err := a.Authenticate(req("good"))
+	if err != nil || !ok || u.Name != "sa" || u.Groups[0] != "g" {
+		t.Fatalf("good token: %+v %v %v", u, ok, err)
+	}
+	if _, ok, err := a.Authenticate(req("bad")); ok || err == nil {
+		t.Fatalf("bad token: ok=%v err=%v, want an error", ok, err)
+	}
+	_, _, _ = a.Authenticate(req("good"))
+	_, _, _ = a.Authenticate(req("bad"))
+	if n := rev.calls.Load(); n != 2 {
+		t.Errorf("TokenReviews within the TTL = %d, want 2 (both outcomes cached)", n)
+	}
+	clk.Step(2*time.Minute + time.Second)
+	_, _, _ = a.Authenticate(req("good"))
+	if n := rev.calls.Load(); n != 3 {
+		t.Errorf("TokenReviews after the TTL = %d, want 3", n)
+	}
+	// No bearer token: not this authenticator's business.
+	if _, ok, err := a.Authenticate(httptest.NewRequest("GET", "/", nil)); ok || err != nil {
+		t.Errorf("no token: ok=%v err=%v", ok, err)
+	}
+	rev.err = errors.New("apiserver down")
+	if _, ok, err := a.Authenticate(req("other")); ok || err == nil {
+		t.Errorf("review failure: ok=%v err=%v, want an error", ok, err)
+	}
+}
+
+func TestWebhookAuthorizerCachesByOutcome(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	sar := &fakeSAR{allow: func(s authorizationv1.SubjectAccessReviewSpec) bool {
+		return s.User == "admin" && s.ResourceAttributes.Resource == "nodes" && s.ResourceAttributes.Name == "n"
+	}}
+	az := NewWebhookAuthorizer(sar, 5*time.Minute, 30*time.Second, clk)
+	ctx := context.Background()
+	admin := Attributes{User: &User{Name: "admin"}, Verb: "get", Resource: "nodes", Subresource: "proxy", Name: "n"}
+	bob := admin
+	bob.User = &User{Name: "bob"}
+	for i := 0; i < 3; i++ {
+		if ok, _, err := az.Authorize(ctx, admin); !ok || err != nil {
+			t.Fatalf("admin: %v %v", ok, err)
+		}
+		if ok, _, err := az.Authorize(ctx, bob); ok || err != nil {
+			t.Fatalf("bob: %v %v", ok, err)
+		}
+	}
+	if n := sar.calls.Load(); n != 2 {
+		t.Fatalf("SARs = %d, want 2", n)
+	}
+	clk.Step(31 * time.Second) // the denial expires, the allowance does not
+	_, _, _ = az.Authorize(ctx, admin)
+	_, _, _ = az.Authorize(ctx, bob)
+	if n := sar.calls.Load(); n != 3 {
+		t.Fatalf("SARs after 31s = %d, want 3", n)
+	}
+	clk.Step(5 * time.Minute)
+	_, _, _ = az.Authorize(ctx, admin)
+	if n := sar.calls.Load(); n != 4 {
+		t.Fatalf("SARs after 5m = %d, want 4", n)
+	}
+}
+
+// testCA makes a CA and a client certificate it signed.
+func testCA(t *testing.T, cn string, orgs ...string) (*x509.CertPool, *x509.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: orgs}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, c
+}
+
+func TestAuthFilter(t *testing.T) {
+	pool, adminCert := testCA(t, "kube-apiserver-kubelet-client", "system:masters")
+	_, foreignCert := testCA(t, "mallory")
+	rev := &fakeTokenReviewer{tokens: map[string]authenticationv1.UserInfo{
+		"viewer": {Username: "system:serviceaccount:ns:viewer"},
+		"prom":   {Username: "prom"},
+	}}
+	sar := &fakeSAR{allow: func(s authorizationv1.SubjectAccessReviewSpec) bool {
+		for _, g := range s.Groups {
+			if g == "system:masters" {
+				return true
+			}
+		}
+		return s.User == "prom" && s.ResourceAttributes.Subresource == "metrics" && s.ResourceAttributes.Verb == "get"
+	}}
+	clk := clocktesting.NewFakeClock(time.Now())
+	tests := []struct {
+		name      string
+		anonymous bool
+		sarErr    error
+		method    string
+		path      string
+		cert      *x509.Certificate
+		token     string
+		want      int
+		body      string
+	}{
+		{name: "no credentials", path: "/pods", want: 401, body: "Unauthorized"},
+		{name: "no credentials, anonymous on, denied", anonymous: true, path: "/pods", want: 403,
+			body: "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "bad token, anonymous on", anonymous: true, path: "/pods", token: "nope", want: 401},
+		{name: "foreign client cert", path: "/pods", cert: foreignCert, want: 401},
+		{name: "admin cert", path: "/pods", cert: adminCert, want: 200},
+		{name: "admin cert exec", method: "POST", path: "/exec/ns/p/c", cert: adminCert, want: 200},
+		{name: "token without rights", path: "/pods", token: "viewer", want: 403,
+			body: "Forbidden (user=system:serviceaccount:ns:viewer, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "metrics reader on metrics", path: "/metrics", token: "prom", want: 200},
+		{name: "metrics reader on exec", method: "POST", path: "/exec/ns/p/c", token: "prom", want: 403,
+			body: "Forbidden (user=prom, verb=create, resource=nodes, subresource=proxy)"},
+		{name: "authorizer failure", path: "/pods", cert: adminCert, sarErr: errors.New("boom"), want: 500,
+			body: "Authorization error (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sar.err = tc.sarErr
+			var reached atomic.Int32
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) })
+			authn := &UnionAuthenticator{Anonymous: tc.anonymous, Authenticators: []Authenticator{
+				&X509Authenticator{Roots: pool}, NewTokenAuthenticator(rev, time.Minute, clk)}}
+			h := withAuth(next, "node-1", authn, NewWebhookAuthorizer(sar, time.Minute, time.Second, clk), func(string, ...any) {})
+			method := tc.method
+			if method == "" {
+				method = "GET"
+			}
+			r := httptest.NewRequest(method, "https://node-1:10250"+tc.path, nil)
+			if tc.cert != nil {
+				r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{tc.cert}}
+			}
+			if tc.token != "" {
+				r.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.want {
+				t.Fatalf("status = %d (%s), want %d", w.Code, w.Body.String(), tc.want)
+			}
+			if tc.body != "" && strings.TrimSpace(w.Body.String()) != tc.body {
+				t.Errorf("body = %q, want %q", w.Body.String(), tc.body)
+			}
+			wantReached := int32(0)
+			if tc.want == 200 {
+				wantReached = 1
+			}
+			if n := reached.Load(); n != wantReached {
+				t.Errorf("handler reached %d times, want %d", n, wantReached)
+			}
+		})
+	}
+}
+
+func TestUnionAddsAuthenticatedGroup(t *testing.T) {
+	pool, c := testCA(t, "system:node:n", "system:nodes")
+	u := &UnionAuthenticator{Authenticators: []Authenticator{&X509Authenticator{Roots: pool}}}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+	user, ok, err := u.Authenticate(r)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if user.Name != "system:node:n" || strings.Join(user.Groups, ",") != "system:nodes,system:authenticated" {
+		t.Errorf("user = %+v", user)
+	}
+}

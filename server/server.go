@@ -1,0 +1,320 @@
+// Package server is the kubelet API: HTTPS on port (10250) with x509/webhook
+// authentication and webhook authorization, and the optional read-only port (10255).
+// It serves health, the node's pods, Prometheus metrics, the stats summary and
+// resource metrics, container logs from the CRI log files, and exec/attach/portForward
+// by proxying to the runtime's CRI streaming server.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+)
+
+// Runtime is the part of CRI the API needs: finding containers and their log files,
+// and the streaming calls.
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error)
+	Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error)
+	Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error)
+	PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error)
+}
+
+// SummaryProvider measures the node and its pods (/stats/summary, /metrics/resource).
+type SummaryProvider interface {
+	Summary(ctx context.Context) (*statsv1alpha1.Summary, error)
+}
+
+// HealthChecker says whether one part of the node agent is healthy.
+type HealthChecker interface{ Healthy() error }
+
+// HealthCheck is a named /healthz check.
+type HealthCheck struct {
+	Name    string
+	Checker HealthChecker
+}
+
+// Config is the server's configuration (from the KubeletConfiguration).
+type Config struct {
+	NodeName string
+	// Address and Port are the authenticated HTTPS endpoint; Port 0 disables it.
+	Address string
+	Port    int32
+	// ReadOnlyPort, when non-zero, serves the read-only endpoints over plain HTTP
+	// without authentication, on Address.
+	ReadOnlyPort int32
+	// GetCertificate returns the serving certificate (static, self-signed or rotated).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	CipherSuites   []uint16
+	MinVersion     uint16
+	// EnableDebuggingHandlers serves logs, exec, attach, portForward and run (default on upstream).
+	EnableDebuggingHandlers bool
+}
+
+// Deps are the parts the handlers read.
+type Deps struct {
+	Authenticator Authenticator
+	Authorizer    Authorizer
+	Runtime       Runtime
+	// Pods returns the pods this node runs (for /pods).
+	Pods    func() []*v1.Pod
+	Health  []HealthCheck
+	Metrics prometheus.Gatherer
+	// Summary may be nil: /stats/summary and /metrics/resource then answer 503.
+	Summary SummaryProvider
+	Clock   clock.WithTicker
+}
+
+// Server is the kubelet API.
+type Server struct {
+	cfg  Config
+	deps Deps
+	// logPoll is how often a followed log is checked for more.
+	logPoll time.Duration
+}
+
+// New returns a server; Listen opens its ports.
+func New(cfg Config, deps Deps) *Server {
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond}
+}
+
+// Handler is the authenticated API: every request is authenticated and authorized
+// before it reaches a handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.installDefault(mux)
+	if s.cfg.EnableDebuggingHandlers {
+		s.installDebugging(mux)
+	}
+	logf := func(msg string, kv ...any) { klog.V(2).InfoS(msg, kv...) }
+	return withAuth(mux, s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf)
+}
+
+// ReadOnlyHandler is the read-only port's API: no authentication, read-only endpoints.
+func (s *Server) ReadOnlyHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.installDefault(mux)
+	return mux
+}
+
+func (s *Server) installDefault(mux *http.ServeMux) {
+	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/healthz/", s.healthz)
+	mux.HandleFunc("GET /pods", s.pods)
+	mux.HandleFunc("GET /pods/", s.pods)
+	if s.deps.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
+	mux.HandleFunc("GET /stats/summary", s.statsSummary)
+	mux.HandleFunc("POST /stats/summary", s.statsSummary)
+}
+
+func (s *Server) installDebugging(mux *http.ServeMux) {
+	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.containerLogs)
+	for _, verb := range []string{"exec", "attach"} {
+		for _, m := range []string{"GET", "POST"} {
+			mux.HandleFunc(m+" /"+verb+"/{ns}/{pod}/{container}", s.stream(verb))
+			mux.HandleFunc(m+" /"+verb+"/{ns}/{pod}/{uid}/{container}", s.stream(verb))
+		}
+	}
+	for _, m := range []string{"GET", "POST"} {
+		mux.HandleFunc(m+" /portForward/{ns}/{pod}", s.portForward)
+		mux.HandleFunc(m+" /portForward/{ns}/{pod}/{uid}", s.portForward)
+	}
+	mux.HandleFunc("POST /run/{ns}/{pod}/{container}", s.run)
+	mux.HandleFunc("POST /run/{ns}/{pod}/{uid}/{container}", s.run)
+}
+
+// Listen opens the configured ports, so that a port in use is an error at start-up,
+// and returns the function that serves them until ctx ends.
+func (s *Server) Listen(ctx context.Context) (serve func(), err error) {
+	logger := klog.FromContext(ctx)
+	var servers []*http.Server
+	var serveFns []func()
+	if s.cfg.Port != 0 {
+		addr := net.JoinHostPort(s.cfg.Address, fmt.Sprint(s.cfg.Port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on the kubelet API address %s: %w", addr, err)
+		}
+		tc := &tls.Config{
+			GetCertificate: s.cfg.GetCertificate,
+			// Client certificates are verified by the x509 authenticator, so a request
+			// without one (or with a foreign one) can still authenticate with a token.
+			ClientAuth:   tls.RequestClientCert,
+			CipherSuites: s.cfg.CipherSuites,
+			MinVersion:   s.cfg.MinVersion,
+			NextProtos:   []string{"h2", "http/1.1"},
+		}
+		if tc.MinVersion == 0 {
+			tc.MinVersion = tls.VersionTLS12
+		}
+		srv := newHTTPServer(s.Handler())
+		srv.TLSConfig = tc
+		servers = append(servers, srv)
+		serveFns = append(serveFns, func() {
+			logger.Info("Serving the kubelet API", "address", addr)
+			if err := srv.Serve(tls.NewListener(ln, tc)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving the kubelet API", "address", addr)
+			}
+		})
+	}
+	if s.cfg.ReadOnlyPort != 0 {
+		addr := net.JoinHostPort(s.cfg.Address, fmt.Sprint(s.cfg.ReadOnlyPort))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, srv := range servers {
+				_ = srv.Close()
+			}
+			return nil, fmt.Errorf("listening on the read-only port %s: %w", addr, err)
+		}
+		srv := newHTTPServer(s.ReadOnlyHandler())
+		servers = append(servers, srv)
+		serveFns = append(serveFns, func() {
+			logger.Info("Serving the read-only kubelet API", "address", addr)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving the read-only kubelet API", "address", addr)
+			}
+		})
+	}
+	serve = func() {
+		done := make(chan struct{})
+		for _, fn := range serveFns {
+			go func() { fn(); done <- struct{}{} }()
+		}
+		<-ctx.Done()
+		for _, srv := range servers {
+			_ = srv.Close()
+		}
+		for range serveFns {
+			<-done
+		}
+	}
+	return serve, nil
+}
+
+// newHTTPServer has upstream's limits: streams and follows may last hours.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		ReadTimeout:       4 * time.Hour,
+		WriteTimeout:      4 * time.Hour,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+	}
+}
+
+// ---------------------------------------------------------------- handlers
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	var lines []string
+	failed := false
+	lines = append(lines, "[+]ping ok")
+	for _, c := range s.deps.Health {
+		if err := c.Checker.Healthy(); err != nil {
+			failed = true
+			lines = append(lines, fmt.Sprintf("[-]%s failed: %v", c.Name, err))
+		} else {
+			lines = append(lines, fmt.Sprintf("[+]%s ok", c.Name))
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if failed {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = fmt.Fprintf(w, "%s\nhealthz check failed\n", strings.Join(lines, "\n"))
+		return
+	}
+	if r.URL.Query().Has("verbose") {
+		_, _ = fmt.Fprintf(w, "%s\nhealthz check passed\n", strings.Join(lines, "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
+	list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []v1.Pod{}}
+	if s.deps.Pods != nil {
+		for _, p := range s.deps.Pods() {
+			list.Items = append(list.Items, *p)
+		}
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		a, b := list.Items[i], list.Items[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	writeJSON(w, list)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("encoding the response: %v", err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
+
+const noStatsMessage = "stats are not available: this node agent has no stats provider"
+
+func (s *Server) statsSummary(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Summary == nil {
+		http.Error(w, noStatsMessage, http.StatusServiceUnavailable)
+		return
+	}
+	sum, err := s.deps.Summary.Summary(r.Context())
+	if err != nil {
+		http.Error(w, fmt.Sprintf("failed to get the stats summary: %v", err), http.StatusInternalServerError)
+		return
+	}
+	if r.URL.Query().Get("only_cpu_and_memory") == "true" {
+		sum = cpuAndMemoryOnly(sum)
+	}
+	writeJSON(w, sum)
+}
+
+// cpuAndMemoryOnly keeps what upstream's only_cpu_and_memory=true keeps.
+func cpuAndMemoryOnly(in *statsv1alpha1.Summary) *statsv1alpha1.Summary {
+	out := &statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{
+		NodeName: in.Node.NodeName, StartTime: in.Node.StartTime, CPU: in.Node.CPU, Memory: in.Node.Memory,
+	}}
+	for _, sc := range in.Node.SystemContainers {
+		out.Node.SystemContainers = append(out.Node.SystemContainers, statsv1alpha1.ContainerStats{Name: sc.Name, StartTime: sc.StartTime, CPU: sc.CPU, Memory: sc.Memory})
+	}
+	for _, p := range in.Pods {
+		op := statsv1alpha1.PodStats{PodRef: p.PodRef, StartTime: p.StartTime, CPU: p.CPU, Memory: p.Memory}
+		for _, c := range p.Containers {
+			op.Containers = append(op.Containers, statsv1alpha1.ContainerStats{Name: c.Name, StartTime: c.StartTime, CPU: c.CPU, Memory: c.Memory})
+		}
+		out.Pods = append(out.Pods, op)
+	}
+	return out
+}

@@ -167,7 +167,6 @@ func (s *Server) Listen(ctx context.Context) (serve func(), err error) {
 			ClientAuth:   tls.RequestClientCert,
 			CipherSuites: s.cfg.CipherSuites,
 			MinVersion:   s.cfg.MinVersion,
-			NextProtos:   []string{"h2", "http/1.1"},
 		}
 		if tc.MinVersion == 0 {
 			tc.MinVersion = tls.VersionTLS12
@@ -177,7 +176,8 @@ func (s *Server) Listen(ctx context.Context) (serve func(), err error) {
 		servers = append(servers, srv)
 		serveFns = append(serveFns, func() {
 			logger.Info("Serving the kubelet API", "address", addr)
-			if err := srv.Serve(tls.NewListener(ln, tc)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// ServeTLS (not Serve on a TLS listener) sets up HTTP/2 next to HTTP/1.1.
+			if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error(err, "Serving the kubelet API", "address", addr)
 			}
 		})

@@ -614,14 +614,19 @@ func TestListenServesTLSAndClosesOnCancel(t *testing.T) {
 	}
 	served := make(chan struct{})
 	go func() { serve(); close(served) }()
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
-	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 || resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName == "" {
-		t.Errorf("status %d, TLS %v: want 401 over TLS without credentials", resp.StatusCode, resp.TLS != nil)
+	for _, h2 := range []bool{false, true} {
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS(), ForceAttemptHTTP2: h2}}
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 || resp.TLS == nil || !strings.HasPrefix(resp.TLS.PeerCertificates[0].Subject.CommonName, "node-1@") {
+			t.Errorf("h2=%v: status %d, TLS %v: want 401 over TLS without credentials", h2, resp.StatusCode, resp.TLS != nil)
+		}
+		if h2 && resp.ProtoMajor != 2 {
+			t.Errorf("an HTTP/2 client got %s", resp.Proto)
+		}
 	}
 	cancel()
 	select {

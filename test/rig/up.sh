@@ -177,9 +177,17 @@ cert kube-controller-manager "/CN=system:kube-controller-manager"
 # The apiserver's client cert toward kubelets (logs, exec, port-forward): system:masters, so a
 # kubelet's webhook authorizer allows it.
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
-# A serving cert for the node agent's own HTTPS port, so the apiserver can verify it later.
+# The node agent's InternalIP is its default-route address (the e2e config sets no --node-ip):
+# the apiserver dials it for logs, exec, port-forward and nodes/proxy (it refuses loopback
+# for proxy) and verifies it against the serving cert, so the cert names it too.
+NODE_IP=${NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") { print $(i + 1); exit }}')}
+if [[ -n "$NODE_IP" && -f "$PKI/kubelet-serving.crt" ]] &&
+	! openssl x509 -in "$PKI/kubelet-serving.crt" -noout -ext subjectAltName 2>/dev/null | grep -qF "IP Address:$NODE_IP"; then
+	rm -f "$PKI/kubelet-serving.crt"
+fi
+# A serving cert for the node agent's own HTTPS port, so the apiserver can verify it.
 cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" \
-	"IP:127.0.0.1,DNS:localhost,DNS:$NODE_NAME" serverAuth
+	"IP:127.0.0.1,DNS:localhost,DNS:$NODE_NAME${NODE_IP:+,IP:$NODE_IP}" serverAuth
 if [[ ! -f "$PKI/sa.key" ]]; then
 	log "pki: service-account key pair"
 	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -246,6 +254,7 @@ start kube-apiserver "$RIG_BIN_DIR/kube-apiserver" \
 	--endpoint-reconciler-type=none \
 	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
 	--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-certificate-authority="$PKI/ca.crt" \
 	--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP \
 	--profiling=false \
 	--v=1
@@ -404,6 +413,7 @@ KUBELET_CLIENT_CERT=$PKI/apiserver-kubelet-client.crt
 KUBELET_CLIENT_KEY=$PKI/apiserver-kubelet-client.key
 KUBELET_SERVING_CERT=$PKI/kubelet-serving.crt
 KUBELET_SERVING_KEY=$PKI/kubelet-serving.key
+NODE_IP=$NODE_IP
 CONTAINER_RUNTIME_ENDPOINT=$CONTAINER_RUNTIME_ENDPOINT
 CONTAINERD_ROOT=$CD/root
 CONTAINERD_STATE=$CD/state

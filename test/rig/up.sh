@@ -10,6 +10,7 @@
 #
 # Env: RIG_DIR (/var/lib/nodelet-rig), NODE_NAME (nodelet-e2e), RIG_BIN_DIR (from build-bins.sh),
 #      ETCD_PORT (23790), APISERVER_PORT (6443), KCM_PORT (20257), KCM_CONTROLLERS,
+#      RIG_SIGNING_DURATION (3m: kcm's --cluster-signing-duration for CSR-issued certs),
 #      CNI_BRIDGE (nodelet0), POD_CIDR (10.244.0.0/24), NODELET_PORT (10250),
 #      NODELET_HEALTHZ_PORT (10248): the last four let a second rig run beside the first.
 set -euo pipefail
@@ -27,8 +28,14 @@ APISERVER_PORT=${APISERVER_PORT:-6443}
 KCM_PORT=${KCM_PORT:-20257}
 # serviceaccount + serviceaccount-token: the default SA and its tokens; root-ca-cert-publisher:
 # kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace
-# deletion; garbagecollector: ownerReferences.
-KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller}
+# deletion; garbagecollector: ownerReferences. TLS bootstrap as in a kubeadm cluster: csrsigning,
+# csrapproving (auto-approves node client CSRs), csrcleaner, bootstrapsigner and tokencleaner.
+KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,certificatesigningrequest-signing-controller,certificatesigningrequest-approving-controller,certificatesigningrequest-cleaner-controller,bootstrap-signer-controller,token-cleaner-controller}
+# Lifetime of certificates kcm signs from CSRs. Short, so that a client certificate rotates (at a
+# jittered 70-90% of its lifetime, which starts 5m back: kcm backdates NotBefore by 5m) within an
+# e2e test: 3m gives rotation 0.6-2.2 min after issuance. Below ~2m10s the deadline would fall
+# before issuance and rotation would loop.
+RIG_SIGNING_DURATION=${RIG_SIGNING_DURATION:-3m}
 # A second rig on the same machine needs its own bridge, pod range and node agent ports.
 CNI_BRIDGE=${CNI_BRIDGE:-nodelet0}
 POD_CIDR=${POD_CIDR:-10.244.0.0/24}
@@ -244,6 +251,7 @@ start kube-apiserver "$RIG_BIN_DIR/kube-apiserver" \
 	--etcd-servers="$ETCD_URL" \
 	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 	--client-ca-file="$PKI/ca.crt" \
+	--enable-bootstrap-token-auth=true \
 	--authorization-mode=Node,RBAC \
 	--enable-admission-plugins=NodeRestriction \
 	--allow-privileged=true \
@@ -262,6 +270,75 @@ wait_until 90 "kube-apiserver $APISERVER_URL/readyz" \
 	"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" get --raw=/readyz
 check_alive kube-apiserver
 
+# ---------------------------------------------------------------- TLS bootstrap (as kubeadm)
+# A bootstrap token (kept across runs in $PKI/bootstrap-token), its Secret, the RBAC kubeadm
+# creates for joining nodes, and a bootstrap kubeconfig like /etc/kubernetes/bootstrap-kubelet.conf.
+if ! grep -qxE '[a-z0-9]{6}\.[a-z0-9]{16}' "$PKI/bootstrap-token" 2>/dev/null; then
+	log "pki: bootstrap token"
+	# [a-z0-9]{6}.[a-z0-9]{16}, as kubeadm's tokens (no tr|head: pipefail would trip on SIGPIPE).
+	echo "$(openssl rand -hex 3).$(openssl rand -hex 8)" >"$PKI/bootstrap-token"
+	chmod 600 "$PKI/bootstrap-token"
+fi
+BOOTSTRAP_TOKEN=$(cat "$PKI/bootstrap-token")
+BOOTSTRAP_GROUP=system:bootstrappers:kubeadm:default-node-token
+"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-${BOOTSTRAP_TOKEN%%.*}
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: nodelet rig bootstrap token
+  token-id: ${BOOTSTRAP_TOKEN%%.*}
+  token-secret: ${BOOTSTRAP_TOKEN#*.}
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: $BOOTSTRAP_GROUP
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:kubelet-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-bootstrapper}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: $BOOTSTRAP_GROUP}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: $BOOTSTRAP_GROUP}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-certificate-rotation
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:nodes}]
+EOF
+log "bootstrap token Secret and kubeadm's node bootstrap RBAC: ok"
+cat >"$RIG_DIR/bootstrap-kubelet.conf" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rig
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI/ca.crt
+users:
+- name: kubelet-bootstrap
+  user:
+    token: $BOOTSTRAP_TOKEN
+contexts:
+- name: rig
+  context:
+    cluster: rig
+    user: kubelet-bootstrap
+current-context: rig
+EOF
+chmod 600 "$RIG_DIR/bootstrap-kubelet.conf"
+
 # ---------------------------------------------------------------- kube-controller-manager
 KCM_KC=$RIG_DIR/kube-controller-manager.kubeconfig
 start kube-controller-manager "$RIG_BIN_DIR/kube-controller-manager" \
@@ -272,6 +349,7 @@ start kube-controller-manager "$RIG_BIN_DIR/kube-controller-manager" \
 	--root-ca-file="$PKI/ca.crt" \
 	--service-account-private-key-file="$PKI/sa.key" \
 	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+	--cluster-signing-duration="$RIG_SIGNING_DURATION" \
 	--leader-elect=false \
 	--v=1
 wait_until 60 "default ServiceAccount in default" \
@@ -405,6 +483,9 @@ RIG_BIN_DIR=$RIG_BIN_DIR
 NODE_NAME=$NODE_NAME
 KUBECONFIG=$RIG_DIR/admin.kubeconfig
 NODE_KUBECONFIG=$RIG_DIR/node.kubeconfig
+BOOTSTRAP_KUBECONFIG=$RIG_DIR/bootstrap-kubelet.conf
+BOOTSTRAP_TOKEN=$BOOTSTRAP_TOKEN
+RIG_SIGNING_DURATION=$RIG_SIGNING_DURATION
 APISERVER_URL=$APISERVER_URL
 CA_CERT=$PKI/ca.crt
 CA_KEY=$PKI/ca.key

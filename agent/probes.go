@@ -3,6 +3,7 @@ package agent
 import (
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -32,9 +33,16 @@ type probeWiring struct {
 	mgr    *prober.Manager
 	hooks  *prober.Handler
 	status *lateStatus
+	// registry holds prober_probe_total and prober_probe_duration_seconds apart
+	// from the main registry: upstream serves them on /metrics/probes.
+	registry *prometheus.Registry
 }
 
 func newProbes(exec prober.Execer, recorder record.EventRecorder, clk clock.WithTicker) *probeWiring {
 	st := &lateStatus{}
-	return &probeWiring{mgr: prober.NewManager(exec, st, recorder, clk), hooks: prober.NewHandler(exec), status: st}
+	reg := prometheus.NewRegistry()
+	return &probeWiring{
+		mgr:   prober.NewManager(exec, st, recorder, clk, prober.WithMetrics(reg)),
+		hooks: prober.NewHandler(exec), status: st, registry: reg,
+	}
 }

@@ -54,16 +54,21 @@ type Manager struct {
 	wg      sync.WaitGroup
 
 	liveness, readiness, startup *results
+	metrics                      *metrics // nil without WithMetrics
 }
 
 // NewManager returns a Manager. exec runs exec probes (CRI ExecSync); status
 // gives the container IDs and states workers probe.
-func NewManager(exec Execer, status StatusGetter, recorder record.EventRecorder, clk clock.WithTicker) *Manager {
-	return &Manager{
+func NewManager(exec Execer, status StatusGetter, recorder record.EventRecorder, clk clock.WithTicker, opts ...Option) *Manager {
+	m := &Manager{
 		handler: NewHandler(exec), status: status, recorder: recorder, clock: clk, start: clk.Now(),
 		workers:  map[workerKey]*worker{},
 		liveness: newResults(), readiness: newResults(), startup: newResults(),
 	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 // LivenessUpdates reports changed liveness results.

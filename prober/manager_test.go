@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -363,4 +365,23 @@ func TestDeletionStopsLiveness(t *testing.T) {
 	if h.exec.count("alive") != 0 {
 		t.Error("probed the liveness of a terminating pod")
 	}
+}
+
+func TestProbeMetrics(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	exec := &fakeExec{fail: map[string]bool{"alive": true}, calls: map[string]int{}}
+	status := &fakeStatus{s: map[types.UID]v1.PodStatus{}}
+	reg := prometheus.NewRegistry()
+	m := NewManager(exec, status, nil, clk, WithMetrics(reg))
+	clk.Step(time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); m.Wait() }()
+	pod := podWith(v1.Container{Name: "app", LivenessProbe: execProbe("alive", 1, 3)})
+	status.set(pod.UID, runningStatus(true, clk.Now()))
+	m.AddPod(ctx, pod)
+	eventually(t, "a failed probe counted", func() bool {
+		return testutil.ToFloat64(m.metrics.total.WithLabelValues("Liveness", "failed", "app", "web", "default", "uid-1")) == 1
+	})
+	m.RemovePod(pod.UID)
+	eventually(t, "the series dropped with the worker", func() bool { return testutil.CollectAndCount(m.metrics.total) == 0 })
 }

@@ -85,6 +85,7 @@ func (w *worker) run(ctx context.Context) {
 			w.results.remove(w.containerID)
 		}
 		w.m.removeWorker(w)
+		w.forgetMetrics()
 	}()
 
 	// Workers made at start-up (adopted pods) begin at a random point of their
@@ -217,7 +218,9 @@ func (w *worker) doProbe(ctx context.Context) bool {
 func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
 	ip := status.PodIP
 	target := Target{PodIP: ip, Container: w.container, ContainerID: w.containerID}
+	start := w.m.clock.Now()
 	res, output, err := w.m.handler.Probe(ctx, target, w.spec)
+	w.observe(res, w.m.clock.Since(start))
 	logger := klog.FromContext(ctx)
 	switch {
 	case err != nil:

@@ -29,6 +29,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -60,7 +61,9 @@ func TestKubeletAPI(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
 	ns := f.NewNamespace()
-	startNode(t, f, framework.NodeletOptions{})
+	// The read-only port is off unless set; here it is on, 5 above the HTTPS port (10255).
+	readOnlyPort := f.Env.NodeletPort + 5
+	startNode(t, f, framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) { c.ReadOnlyPort = readOnlyPort }})
 
 	// A pod that logs a line every 200ms, one that crashes after a line (for --previous),
 	// and a web server for port-forward.
@@ -160,6 +163,30 @@ func TestKubeletAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("attach", func(t *testing.T) {
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(actx, f.Env.Kubectl, "--kubeconfig="+f.Env.Kubeconfig, "-n", ns, "attach", "talker")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		ticks := 0
+		for ticks < 3 && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "tick-") {
+				ticks++
+			}
+		}
+		if ticks < 3 {
+			t.Errorf("kubectl attach streamed %d ticks, want 3", ticks)
+		}
+	})
+
 	t.Run("port-forward", func(t *testing.T) {
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
@@ -250,6 +277,24 @@ func TestKubeletAPI(t *testing.T) {
 					t.Errorf("/metrics/resource has no %s:\n%s", m, out)
 				}
 			}
+		}
+	})
+
+	t.Run("read-only port", func(t *testing.T) {
+		get := func(path string) (int, string) {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", readOnlyPort, path))
+			if err != nil {
+				t.Fatalf("GET %s on the read-only port: %v", path, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get("/pods"); code != 200 || !strings.Contains(body, `"name":"talker"`) {
+			t.Errorf("/pods without credentials on the read-only port: %d", code)
+		}
+		if code, _ := get("/containerLogs/" + ns + "/talker/main"); code != 404 {
+			t.Errorf("/containerLogs on the read-only port: %d, want 404 (debugging handlers are not served there)", code)
 		}
 	})
 

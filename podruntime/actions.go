@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cri"
@@ -43,19 +44,25 @@ type BackoffChecker interface {
 	Get(id string) time.Duration
 }
 
-// Unhealthy says whether a running container failed its liveness or startup
-// probe ("liveness", "startup"); nil means no probes.
-type Unhealthy func(containerID string) (probe string, failed bool)
-
 // ComputeActions decides what to do for pod given its runtime status.
 func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time) Actions {
 	return ComputeActionsWithProbes(pod, st, backoff, now, nil)
 }
 
+// ProbeResults reports probe verdicts of running containers.
+type ProbeResults interface {
+	// Unhealthy says whether the container failed its liveness or startup probe
+	// ("liveness", "startup") and must be killed.
+	Unhealthy(containerID string) (probe string, failed bool)
+	// Started says whether the container passed its startup probe (or has none).
+	Started(podUID types.UID, container, containerID string) bool
+}
+
 // ComputeActionsWithProbes is ComputeActions where containers that failed a
 // liveness or startup probe are killed (and restarted on a later sync, by the
-// restart policy and back-off, once the runtime reports them dead).
-func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, unhealthy Unhealthy) Actions {
+// restart policy and back-off, once the runtime reports them dead), and an init
+// container after a sidecar waits until the sidecar has started. probes may be nil.
+func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) Actions {
 	a := Actions{NextInit: -1, KillContainers: map[string]string{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
 
@@ -101,8 +108,12 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 			if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				if hashChanged(hashOf(prev), c) {
 					a.KillContainers[prev.Id] = "Container spec hash changed"
-				} else if msg, bad := probeKill(pod, c, prev, unhealthy, true); bad {
+				} else if msg, bad := probeKill(pod, c, prev, probes, true); bad {
 					a.KillContainers[prev.Id] = msg
+				} else if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
+					// What follows a sidecar starts once the sidecar has started, as upstream.
+					initDone = false
+					break
 				}
 				continue
 			}
@@ -157,7 +168,7 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 				wanted++
 				continue
 			}
-			if msg, bad := probeKill(pod, c, prev, unhealthy, false); bad {
+			if msg, bad := probeKill(pod, c, prev, probes, false); bad {
 				a.KillContainers[prev.Id] = msg
 				// It restarts on the next sync through the usual restart policy and back-off.
 				if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
@@ -190,11 +201,11 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 
 // probeKill returns the Killing message for a running container that failed its
 // liveness or startup probe, worded as upstream.
-func probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, unhealthy Unhealthy, sidecar bool) (string, bool) {
-	if unhealthy == nil {
+func probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, probes ProbeResults, sidecar bool) (string, bool) {
+	if probes == nil {
 		return "", false
 	}
-	probe, bad := unhealthy(prev.Id)
+	probe, bad := probes.Unhealthy(prev.Id)
 	if !bad {
 		return "", false
 	}

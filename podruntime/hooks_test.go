@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
@@ -62,10 +63,7 @@ func TestComputeActionsProbeKills(t *testing.T) {
 			for i, name := range tt.running {
 				st.Containers = append(st.Containers, ctr(tt.pod, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 0, int64(i+1)))
 			}
-			got := ComputeActionsWithProbes(tt.pod, st, nil, t0, func(id string) (string, bool) {
-				p, ok := tt.failed[id]
-				return p, ok
-			})
+			got := ComputeActionsWithProbes(tt.pod, st, nil, t0, fakeProbes{failed: tt.failed})
 			if len(got.KillContainers) != len(tt.wantKill) || got.KillPod != tt.killPod || len(got.StartContainers) != 0 {
 				t.Fatalf("got %+v; want kills %v, killPod %v, nothing started", got, tt.wantKill, tt.killPod)
 			}
@@ -75,6 +73,33 @@ func TestComputeActionsProbeKills(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+type fakeProbes struct {
+	failed     map[string]string // container ID -> probe
+	notStarted map[string]bool
+}
+
+func (f fakeProbes) Unhealthy(id string) (string, bool)     { p, ok := f.failed[id]; return p, ok }
+func (f fakeProbes) Started(_ types.UID, _, id string) bool { return !f.notStarted[id] }
+
+// TestSidecarStartupGatesNextInit: the init container after a sidecar with a
+// startup probe starts only once the sidecar has started.
+func TestSidecarStartupGatesNextInit(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "app")
+	pod.Spec.InitContainers = []v1.Container{
+		{Name: "proxy", Image: "busybox", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways), StartupProbe: &v1.Probe{}},
+		{Name: "setup", Image: "busybox"},
+	}
+	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{
+		ctr(pod, "proxy", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1),
+	}}
+	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{notStarted: map[string]bool{"proxy-id": true}}); got.NextInit != -1 || len(got.StartContainers) != 0 {
+		t.Errorf("before the sidecar started: %+v, want nothing started", got)
+	}
+	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{}); got.NextInit != 1 {
+		t.Errorf("after the sidecar started: NextInit = %d, want 1", got.NextInit)
 	}
 }
 

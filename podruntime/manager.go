@@ -78,13 +78,9 @@ type Config struct {
 	PodCgroups PodCgroups
 	// Hooks, when set, runs postStart and preStop handlers.
 	Hooks Hooks
-	// Probes, when set, says which running containers failed liveness or startup.
+	// Probes, when set, says which running containers failed liveness or startup,
+	// and which sidecars have started.
 	Probes ProbeResults
-}
-
-// ProbeResults reports containers that failed their liveness or startup probe.
-type ProbeResults interface {
-	Unhealthy(containerID string) (probe string, failed bool)
 }
 
 // PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).
@@ -151,11 +147,7 @@ type Result struct {
 // SyncPod drives the runtime one step toward pod's spec.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	var unhealthy Unhealthy
-	if m.cfg.Probes != nil {
-		unhealthy = m.cfg.Probes.Unhealthy
-	}
-	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), unhealthy)
+	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes)
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"nextInit", acts.NextInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))

@@ -32,6 +32,9 @@ type Actions struct {
 	StartContainers []int
 	// KillContainers maps container IDs to the reason they must stop.
 	KillContainers map[string]string
+	// KillGrace overrides the pod's grace period for some of KillContainers: a
+	// failed probe's own terminationGracePeriodSeconds.
+	KillGrace map[string]int64
 	// Waiting explains containers that are not started this time (back-off).
 	Waiting map[string]podstatus.Waiting
 	// RequeueAfter asks for another sync when a back-off ends.
@@ -63,7 +66,7 @@ type ProbeResults interface {
 // restart policy and back-off, once the runtime reports them dead), and an init
 // container after a sidecar waits until the sidecar has started. probes may be nil.
 func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) Actions {
-	a := Actions{NextInit: -1, KillContainers: map[string]string{}, Waiting: map[string]podstatus.Waiting{}}
+	a := Actions{NextInit: -1, KillContainers: map[string]string{}, KillGrace: map[string]int64{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
 
 	if changed, attempt, why := sandboxChanged(pod, st); changed {
@@ -108,7 +111,7 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 			if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				if hashChanged(hashOf(prev), c) {
 					a.KillContainers[prev.Id] = "Container spec hash changed"
-				} else if msg, bad := probeKill(pod, c, prev, probes, true); bad {
+				} else if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
 					a.KillContainers[prev.Id] = msg
 				} else if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
 					// What follows a sidecar starts once the sidecar has started, as upstream.
@@ -168,7 +171,7 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 				wanted++
 				continue
 			}
-			if msg, bad := probeKill(pod, c, prev, probes, false); bad {
+			if msg, bad := a.probeKill(pod, c, prev, probes, false); bad {
 				a.KillContainers[prev.Id] = msg
 				// It restarts on the next sync through the usual restart policy and back-off.
 				if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
@@ -201,13 +204,20 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 
 // probeKill returns the Killing message for a running container that failed its
 // liveness or startup probe, worded as upstream.
-func probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, probes ProbeResults, sidecar bool) (string, bool) {
+func (a *Actions) probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, probes ProbeResults, sidecar bool) (string, bool) {
 	if probes == nil {
 		return "", false
 	}
 	probe, bad := probes.Unhealthy(prev.Id)
 	if !bad {
 		return "", false
+	}
+	p := c.LivenessProbe
+	if probe == "startup" {
+		p = c.StartupProbe
+	}
+	if p != nil && p.TerminationGracePeriodSeconds != nil {
+		a.KillGrace[prev.Id] = *p.TerminationGracePeriodSeconds
 	}
 	msg := fmt.Sprintf("Container %s failed %s probe", c.Name, probe)
 	if sidecar || pod.Spec.RestartPolicy != v1.RestartPolicyNever {

@@ -23,6 +23,8 @@ import (
 func TestComputeActionsProbeKills(t *testing.T) {
 	sidecarPod := testPod(v1.RestartPolicyNever, "app")
 	sidecarPod.Spec.InitContainers = []v1.Container{{Name: "proxy", Image: "busybox", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways)}}
+	probeGracePod := testPod(v1.RestartPolicyAlways, "app")
+	probeGracePod.Spec.Containers[0].LivenessProbe = &v1.Probe{TerminationGracePeriodSeconds: ptr.To[int64](5)}
 	tests := []struct {
 		name     string
 		pod      *v1.Pod
@@ -30,6 +32,8 @@ func TestComputeActionsProbeKills(t *testing.T) {
 		running  []string
 		wantKill map[string]string
 		killPod  bool
+		// wantGrace is the kill's grace override (probe terminationGracePeriodSeconds).
+		wantGrace *int64
 	}{
 		{
 			name: "liveness failure under Always kills, restart follows", pod: testPod(v1.RestartPolicyAlways, "app"),
@@ -52,6 +56,11 @@ func TestComputeActionsProbeKills(t *testing.T) {
 			wantKill: map[string]string{"app-id": "Container app failed liveness probe, will be restarted"},
 		},
 		{
+			name: "the probe's own grace period", pod: probeGracePod,
+			failed: map[string]string{"app-id": "liveness"}, running: []string{"app"},
+			wantKill: map[string]string{"app-id": "Container app failed liveness probe, will be restarted"}, wantGrace: ptr.To[int64](5),
+		},
+		{
 			name: "a sidecar always restarts", pod: sidecarPod,
 			failed: map[string]string{"proxy-id": "liveness"}, running: []string{"proxy", "app"},
 			wantKill: map[string]string{"proxy-id": "Container proxy failed liveness probe, will be restarted"},
@@ -66,6 +75,9 @@ func TestComputeActionsProbeKills(t *testing.T) {
 			got := ComputeActionsWithProbes(tt.pod, st, nil, t0, fakeProbes{failed: tt.failed})
 			if len(got.KillContainers) != len(tt.wantKill) || got.KillPod != tt.killPod || len(got.StartContainers) != 0 {
 				t.Fatalf("got %+v; want kills %v, killPod %v, nothing started", got, tt.wantKill, tt.killPod)
+			}
+			if g, ok := got.KillGrace["app-id"]; (tt.wantGrace == nil) == ok || (ok && g != *tt.wantGrace) {
+				t.Errorf("KillGrace = %v, want %v", got.KillGrace, tt.wantGrace)
 			}
 			for id, msg := range tt.wantKill {
 				if got.KillContainers[id] != msg {

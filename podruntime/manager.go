@@ -163,7 +163,11 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		res.Changed = true
 		killed[c.Id] = true
 		logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
-		if err := m.killContainer(ctx, pod, c, firstIP(m.podIPs(pod, st)), gracePeriod(pod, nil), reason); err != nil {
+		var override *int64
+		if g, ok := acts.KillGrace[c.Id]; ok {
+			override = &g
+		}
+		if err := m.killContainer(ctx, pod, c, firstIP(m.podIPs(pod, st)), gracePeriod(pod, override), reason); err != nil {
 			return res, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
 		}
 	}

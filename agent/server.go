@@ -28,7 +28,7 @@ type apiServerDeps struct {
 	pods           func() []*v1.Pod
 	podStatus      func(types.UID) (v1.PodStatus, bool)
 	pleg, loop     healthChecker
-	metrics        prometheus.Gatherer
+	metrics        *prometheus.Registry   // served on /metrics; also gets the kubelet_http_* metrics
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
 	clock          clock.WithTicker
 }
@@ -86,6 +86,7 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		Pods:          pods,
 		Health:        []server.HealthCheck{{Name: "pleg", Checker: d.pleg}, {Name: "syncloop", Checker: d.loop}},
 		Metrics:       d.metrics,
+		Registerer:    d.metrics,
 		Summary:       d.summary,
 		Clock:         d.clock,
 	})

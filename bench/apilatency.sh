@@ -5,13 +5,18 @@
 # test TestKubeletAPILatency under the rig lock, for nodelet and, when built, the upstream kubelet.
 #   bash bench/apilatency.sh          # needs the rig up: test/rig/up.sh
 #   API_LATENCY_RUNS=50 bash bench/apilatency.sh
+#   NODELET_BIN=/path/to/nodelet bash bench/apilatency.sh   # a prebuilt binary instead of _output/nodelet
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 export PATH=/usr/local/go/bin:$PATH
-go build -o _output/nodelet ./cmd/nodelet
+NODELET=${NODELET_BIN:-}
+if [[ -z "$NODELET" ]]; then
+	go build -o _output/nodelet ./cmd/nodelet
+	NODELET=$REPO/_output/nodelet
+fi
 KUBELET=${KUBELET_BIN:-/var/cache/nodelet-rig/v1.37.2/bin/kubelet}
-declare -A bins=([nodelet]="$REPO/_output/nodelet")
+declare -A bins=([nodelet]="$NODELET")
 [ -x "$KUBELET" ] && bins[kubelet]=$KUBELET || echo "no upstream kubelet at $KUBELET: run bench/build-kubelet.sh for the comparison"
 for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue

@@ -82,6 +82,8 @@ type Deps struct {
 	// Summary may be nil: /stats/summary and /metrics/resource then answer 503.
 	Summary SummaryProvider
 	Clock   clock.WithTicker
+	// Registerer, if set, gets the kubelet_http_* request metrics.
+	Registerer prometheus.Registerer
 }
 
 // Server is the kubelet API.
@@ -90,6 +92,7 @@ type Server struct {
 	deps Deps
 	// logPoll is how often a followed log is checked for more.
 	logPoll time.Duration
+	metrics *httpMetrics
 }
 
 // New returns a server; Listen opens its ports.
@@ -97,7 +100,7 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond}
+	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond, metrics: newHTTPMetrics(deps.Registerer)}
 }
 
 // Handler is the authenticated API: every request is authenticated and authorized
@@ -109,14 +112,14 @@ func (s *Server) Handler() http.Handler {
 		s.installDebugging(mux)
 	}
 	logf := func(msg string, kv ...any) { klog.V(2).InfoS(msg, kv...) }
-	return withAuth(mux, s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf)
+	return s.metrics.instrument(withAuth(mux, s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
 }
 
 // ReadOnlyHandler is the read-only port's API: no authentication, read-only endpoints.
 func (s *Server) ReadOnlyHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.installDefault(mux)
-	return mux
+	return s.metrics.instrument(mux, "readonly")
 }
 
 func (s *Server) installDefault(mux *http.ServeMux) {

@@ -637,3 +637,33 @@ func TestListenServesTLSAndClosesOnCancel(t *testing.T) {
 }
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // a test of a self-signed server
+
+func TestHTTPRequestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newTestServer(t, Deps{Registerer: reg, Metrics: reg, Pods: func() []*v1.Pod { return nil }})
+	h := s.Handler()
+	for _, p := range []string{"/pods", "/pods", "/no/such/path", "/metrics/resource"} {
+		get(t, h, p)
+	}
+	get(t, s.ReadOnlyHandler(), "/pods")
+	body := get(t, h, "/metrics").Body.String()
+	for _, want := range []string{
+		`kubelet_http_requests_total{long_running="false",method="GET",path="pods",server_type="readwrite"} 2`,
+		`kubelet_http_requests_total{long_running="false",method="GET",path="other",server_type="readwrite"} 1`,
+		`kubelet_http_requests_total{long_running="false",method="GET",path="metrics/resource",server_type="readwrite"} 1`,
+		`kubelet_http_requests_total{long_running="false",method="GET",path="pods",server_type="readonly"} 1`,
+		// The scrape itself is in flight while it is gathered.
+		`kubelet_http_inflight_requests{long_running="false",method="GET",path="metrics",server_type="readwrite"} 1`,
+		`kubelet_http_requests_duration_seconds_count{long_running="false",method="GET",path="pods",server_type="readwrite"} 2`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("missing %s", want)
+		}
+	}
+	// A denied request is counted too (the instrumentation wraps authentication).
+	s2 := New(Config{NodeName: "n"}, Deps{Authenticator: &UnionAuthenticator{}, Authorizer: AlwaysAllow{}, Registerer: reg})
+	get(t, s2.Handler(), "/exec/ns/p/c")
+	if !strings.Contains(get(t, h, "/metrics").Body.String(), `kubelet_http_requests_total{long_running="true",method="GET",path="exec",server_type="readwrite"} 1`) {
+		t.Error("the unauthenticated exec request was not counted")
+	}
+}

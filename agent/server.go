@@ -79,6 +79,7 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		CipherSuites:            suites,
 		MinVersion:              minVersion,
 		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
+		Configz:                 configz(kc),
 	}, server.Deps{
 		Authenticator: authn,
 		Authorizer:    authz,
@@ -124,4 +125,11 @@ func newAuthorizer(kc *kubeletconfigv1beta1.KubeletConfiguration, client kuberne
 		return server.NewWebhookAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), w.CacheAuthorizedTTL.Duration, w.CacheUnauthorizedTTL.Duration, clk), nil
 	}
 	return nil, fmt.Errorf("unknown authorization.mode %q (AlwaysAllow or Webhook)", kc.Authorization.Mode)
+}
+
+// configz is the effective configuration as /configz shows it: with its kind and version.
+func configz(kc *kubeletconfigv1beta1.KubeletConfiguration) *kubeletconfigv1beta1.KubeletConfiguration {
+	c := kc.DeepCopy()
+	c.APIVersion, c.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "KubeletConfiguration"
+	return c
 }

@@ -66,8 +66,11 @@ type Config struct {
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	CipherSuites   []uint16
 	MinVersion     uint16
-	// EnableDebuggingHandlers serves logs, exec, attach, portForward and run (default on upstream).
+	// EnableDebuggingHandlers serves logs, exec, attach, portForward, run and configz
+	// (default on upstream).
 	EnableDebuggingHandlers bool
+	// Configz is what /configz shows under "kubeletconfig" (the effective configuration).
+	Configz any
 }
 
 // Deps are the parts the handlers read.
@@ -147,6 +150,9 @@ func (s *Server) installDebugging(mux *http.ServeMux) {
 		mux.HandleFunc(m+" /portForward/{ns}/{pod}", s.portForward)
 		mux.HandleFunc(m+" /portForward/{ns}/{pod}/{uid}", s.portForward)
 	}
+	mux.HandleFunc("GET /configz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"kubeletconfig": s.cfg.Configz})
+	})
 	mux.HandleFunc("POST /run/{ns}/{pod}/{container}", s.run)
 	mux.HandleFunc("POST /run/{ns}/{pod}/{uid}/{container}", s.run)
 }

@@ -667,3 +667,14 @@ func TestHTTPRequestMetrics(t *testing.T) {
 		t.Error("the unauthenticated exec request was not counted")
 	}
 }
+
+func TestConfigz(t *testing.T) {
+	s := New(Config{NodeName: "n", EnableDebuggingHandlers: true, Configz: map[string]int{"port": 10250}},
+		Deps{Authenticator: &UnionAuthenticator{Anonymous: true}, Authorizer: AlwaysAllow{}})
+	if w := get(t, s.Handler(), "/configz"); w.Code != 200 || strings.TrimSpace(w.Body.String()) != `{"kubeletconfig":{"port":10250}}` {
+		t.Errorf("/configz: %d %s", w.Code, w.Body.String())
+	}
+	if w := get(t, s.ReadOnlyHandler(), "/configz"); w.Code != 404 {
+		t.Errorf("/configz on the read-only port: %d", w.Code)
+	}
+}

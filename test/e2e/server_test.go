@@ -246,6 +246,13 @@ func TestKubeletAPI(t *testing.T) {
 		if !strings.Contains(out, "[+]pleg ok") || !strings.Contains(out, "[+]syncloop ok") {
 			t.Errorf("/healthz?verbose = %q", out)
 		}
+		out = mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/configz")
+		var cz struct {
+			KubeletConfig kubeletconfigv1beta1.KubeletConfiguration `json:"kubeletconfig"`
+		}
+		if err := json.Unmarshal([]byte(out), &cz); err != nil || cz.KubeletConfig.ReadOnlyPort != readOnlyPort || cz.KubeletConfig.Kind != "KubeletConfiguration" {
+			t.Errorf("/configz: %v: %.300s", err, out)
+		}
 		out = mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/pods")
 		var list v1.PodList
 		if err := json.Unmarshal([]byte(out), &list); err != nil {

@@ -125,6 +125,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		go func() { defer wg.Done(); f() }()
 	}
 
+	evictGate := &evictionGate{}   // its manager is set once the loop and GC exist
 	var graceful *gracefulShutdown // set once the loop exists; nil means the feature is off
 	cache := pleg.NewCache(clk)
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
@@ -147,7 +148,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
 		}
 		return append(reasons, graceful.notReady()...)
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt))
+	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(evictGate.pressure))
 	if err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}
@@ -265,7 +266,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
-		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }},
+		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }, evictGate.admit},
 	})
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
 	if err != nil {
@@ -284,11 +285,23 @@ func Run(ctx context.Context, opts *config.Options) error {
 		})
 	}
 
-	gcs, err := newGarbageCollectors(kc, opts.RootDir, opts.PodInfraContainerImage, nodeName, rt, loop, recorder, clk, reg)
+	sandboxImage := opts.PodInfraContainerImage
+	if sandboxImage == "" {
+		sandboxImage = runtimeSandboxImage(ctx, rt)
+	}
+	gcs, err := newGarbageCollectors(kc, opts.RootDir, sandboxImage, nodeName, rt, loop, recorder, clk, reg)
 	if err != nil {
 		return err
 	}
 	gcs.run(ctx, goRun)
+
+	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, rt, loop.ActivePods, clk)
+	if evictGate.mgr, err = newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg); err != nil {
+		return fmt.Errorf("setting up the eviction manager: %w", err)
+	}
+	if evictGate.mgr != nil {
+		goRun(func() { evictGate.mgr.Run(ctx) })
+	}
 
 	goRun(func() { health.run(ctx) })
 	goRun(func() { gpleg.Start(ctx) })
@@ -307,7 +320,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.ActivePods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
-		metrics: reg, clock: clk,
+		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the kubelet API server: %w", err)

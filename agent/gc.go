@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -53,4 +55,27 @@ func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir
 func (g *garbageCollectors) run(ctx context.Context, goRun func(func())) {
 	goRun(func() { g.containers.Run(ctx, containerGCPeriod) })
 	goRun(func() { g.images.Run(ctx, imageGCPeriod) })
+}
+
+// runtimeSandboxImage asks the runtime which pause image it uses (containerd puts its
+// CRI config, with sandboxImage, in the verbose status). Runtimes older than CRI's
+// `pinned` flag (containerd 1.6) do not protect that image, and image GC removing it
+// would leave the node unable to start pods: it is pinned by name instead.
+func runtimeSandboxImage(ctx context.Context, rt runtimeStatuser) string {
+	resp, err := rt.Status(ctx, true)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot read the runtime's sandbox image", "err", err)
+		return ""
+	}
+	return sandboxImageFromInfo(resp.GetInfo())
+}
+
+func sandboxImageFromInfo(info map[string]string) string {
+	var cfg struct {
+		SandboxImage string `json:"sandboxImage"`
+	}
+	if raw, ok := info["config"]; ok && json.Unmarshal([]byte(raw), &cfg) == nil {
+		return cfg.SandboxImage
+	}
+	return ""
 }

@@ -31,6 +31,13 @@ func TestParseThresholds(t *testing.T) {
 			want: []string{"imagefs.available<15%", "imagefs.inodesFree<5%", "memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"},
 		},
 		{
+			// The config file's form: the value without the operator (as config.DefaultEvictionHard).
+			name: "config file values without the operator",
+			hard: map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "pid.available": " 1000 "},
+			want: []string{"memory.available<100Mi", "nodefs.available<10%", "pid.available<1k"},
+		},
+		{name: "bad operator after <", hard: map[string]string{"memory.available": "<=1Gi"}, wantErr: "only the operator <"},
+		{
 			name: "every signal",
 			hard: map[string]string{
 				"allocatableMemory.available": "<1Gi", "containerfs.available": "<1Gi", "containerfs.inodesFree": "<1000",

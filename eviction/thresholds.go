@@ -166,16 +166,18 @@ func ParseThresholds(hard, soft, softGrace, minReclaim map[string]string) ([]Thr
 
 func isKnown(s Signal) bool { return slices.Contains(knownSignals(), s) }
 
-// parseOne parses "<value"; ok=false means the threshold is disabled.
+// parseOne parses "value" or "<value"; ok=false means the threshold is disabled.
 func parseOne(sig, expr string) (Threshold, bool, error) {
 	if !isKnown(Signal(sig)) {
 		return Threshold{}, false, fmt.Errorf("unknown eviction signal %q", sig)
 	}
+	// The config file's maps hold the bare value ("100Mi"); the flag form puts the
+	// operator in front ("<100Mi"). Every signal's operator is "<".
 	expr = strings.TrimSpace(expr)
-	if !strings.HasPrefix(expr, "<") {
+	raw := strings.TrimSpace(strings.TrimPrefix(expr, "<"))
+	if strings.ContainsAny(raw[:min(1, len(raw))], "<>=!") {
 		return Threshold{}, false, fmt.Errorf("threshold %q: only the operator < is supported", expr)
 	}
-	raw := strings.TrimSpace(expr[1:])
 	if raw == "0%" || raw == "100%" {
 		return Threshold{}, false, nil
 	}

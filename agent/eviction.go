@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/eviction"
+	"github.com/nodelet/nodelet/node"
+	"github.com/nodelet/nodelet/stats"
+	"github.com/nodelet/nodelet/syncloop"
+)
+
+// snapshotter is the stats provider as the eviction wiring uses it.
+type snapshotter interface {
+	Snapshot(ctx context.Context) (*stats.Snapshot, error)
+}
+
+// evictionStats feeds the eviction manager from the stats provider.
+type evictionStats struct {
+	stats       snapshotter
+	allocatable func() v1.ResourceList
+	pods        func() []*v1.Pod
+}
+
+func (e evictionStats) Stats(ctx context.Context) (eviction.Stats, error) {
+	snap, err := e.stats.Snapshot(ctx)
+	if err != nil {
+		return eviction.Stats{}, err
+	}
+	var alloc uint64
+	if q, ok := e.allocatable()[v1.ResourceMemory]; ok && q.Value() > 0 {
+		alloc = uint64(q.Value())
+	}
+	return eviction.StatsFromSummary(eviction.SummaryInput{
+		Summary: snap.Summary, DedicatedImageFs: snap.DedicatedImageFs, SplitContainerFs: snap.SplitContainerFs,
+		AllocatableMemory: alloc, Pods: e.pods(),
+	}), nil
+}
+
+// nodeReclaimer is image GC and container GC, run to the end under disk pressure.
+type nodeReclaimer struct{ gcs *garbageCollectors }
+
+func (r nodeReclaimer) DeleteUnusedImages(ctx context.Context) error {
+	return r.gcs.images.DeleteUnusedImages(ctx)
+}
+
+func (r nodeReclaimer) DeleteAllUnusedContainers(ctx context.Context) error {
+	return r.gcs.containers.DeleteAllUnusedContainers(ctx)
+}
+
+// podEvicter stops an evicted pod through the sync loop and gives it the
+// eviction status (phase Failed, reason Evicted, DisruptionTarget condition).
+type podEvicter struct{ loop *syncloop.Loop }
+
+func (p podEvicter) EvictPod(ctx context.Context, pod *v1.Pod, grace int64, st v1.PodStatus) error {
+	return p.loop.KillPod(ctx, pod, time.Duration(grace)*time.Second, func(s *v1.PodStatus) {
+		s.Phase, s.Reason, s.Message = st.Phase, st.Reason, st.Message
+		for _, c := range st.Conditions {
+			s.Conditions = slices.DeleteFunc(s.Conditions, func(o v1.PodCondition) bool { return o.Type == c.Type })
+			s.Conditions = append(s.Conditions, c)
+		}
+	})
+}
+
+// newEvictionManager builds the eviction manager from the config's thresholds; nil
+// when there are none. Its conditions reach node status through pressure().
+func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, st snapshotter, nodeCtl *node.Controller,
+	loop *syncloop.Loop, gcs *garbageCollectors, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*eviction.Manager, error) {
+	ths, err := eviction.ParseThresholds(kc.EvictionHard, kc.EvictionSoft, kc.EvictionSoftGracePeriod, kc.EvictionMinimumReclaim)
+	if err != nil {
+		return nil, fmt.Errorf("reading the eviction thresholds: %w", err)
+	}
+	if slices.Contains(kc.EnforceNodeAllocatable, "pods") {
+		ths = eviction.WithAllocatableThresholds(ths)
+	}
+	if len(ths) == 0 {
+		return nil, nil
+	}
+	return eviction.NewManager(eviction.Config{
+		Thresholds:               ths,
+		PressureTransitionPeriod: kc.EvictionPressureTransitionPeriod.Duration,
+		MaxPodGracePeriodSeconds: int64(kc.EvictionMaxPodGracePeriod),
+		NodeRef:                  &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)},
+	}, clk, evictionStats{stats: st, allocatable: nodeCtl.Allocatable, pods: loop.ActivePods},
+		nodeReclaimer{gcs: gcs}, podEvicter{loop: loop}, loop.ActivePods, recorder,
+		eviction.WithRegisterer(reg),
+		eviction.WithConditionsChanged(func([]v1.NodeConditionType) { nodeCtl.TriggerStatusUpdate() }))
+}
+
+// evictionGate answers the node controller and admission from the eviction manager,
+// which exists only after both were built.
+type evictionGate struct{ mgr *eviction.Manager }
+
+func (g *evictionGate) pressure() node.Pressure {
+	if g == nil || g.mgr == nil {
+		return node.Pressure{}
+	}
+	return node.Pressure{
+		Memory: g.mgr.HasCondition(v1.NodeMemoryPressure),
+		Disk:   g.mgr.HasCondition(v1.NodeDiskPressure),
+		PID:    g.mgr.HasCondition(v1.NodePIDPressure),
+	}
+}
+
+func (g *evictionGate) admit(pod *v1.Pod) *syncloop.Rejection {
+	if g == nil || g.mgr == nil {
+		return nil
+	}
+	if r := g.mgr.Admit(pod); !r.Admit {
+		return &syncloop.Rejection{Reason: r.Reason, Message: r.Message}
+	}
+	return nil
+}

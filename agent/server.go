@@ -29,6 +29,7 @@ type apiServerDeps struct {
 	podStatus      func(types.UID) (v1.PodStatus, bool)
 	pleg, loop     healthChecker
 	metrics        *prometheus.Registry   // served on /metrics; also gets the kubelet_http_* metrics
+	probeMetrics   prometheus.Gatherer    // served on /metrics/probes; may be nil
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
 	clock          clock.WithTicker
 }
@@ -88,6 +89,7 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		Health:        []server.HealthCheck{{Name: "pleg", Checker: d.pleg}, {Name: "syncloop", Checker: d.loop}},
 		Metrics:       d.metrics,
 		Registerer:    d.metrics,
+		ProbeMetrics:  d.probeMetrics,
 		Summary:       d.summary,
 		Clock:         d.clock,
 	})

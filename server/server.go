@@ -82,6 +82,8 @@ type Deps struct {
 	Pods    func() []*v1.Pod
 	Health  []HealthCheck
 	Metrics prometheus.Gatherer
+	// ProbeMetrics, if set, is served on /metrics/probes (prober_probe_total, ...).
+	ProbeMetrics prometheus.Gatherer
 	// Summary may be nil: /stats/summary and /metrics/resource then answer 503.
 	Summary SummaryProvider
 	Clock   clock.WithTicker
@@ -132,6 +134,9 @@ func (s *Server) installDefault(mux *http.ServeMux) {
 	mux.HandleFunc("GET /pods/", s.pods)
 	if s.deps.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics, promhttp.HandlerOpts{}))
+	}
+	if s.deps.ProbeMetrics != nil {
+		mux.Handle("GET /metrics/probes", promhttp.HandlerFor(s.deps.ProbeMetrics, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
 	mux.HandleFunc("GET /stats/summary", s.statsSummary)

@@ -481,9 +481,18 @@ func TestMetricsFromRegistry(t *testing.T) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kubelet_running_pods", Help: "x"})
 	g.Set(3)
 	reg.MustRegister(g)
-	w := get(t, newTestServer(t, Deps{Metrics: reg}).Handler(), "/metrics")
-	if !strings.Contains(w.Body.String(), "kubelet_running_pods 3\n") {
-		t.Errorf("body:\n%s", w.Body.String())
+	probes := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "prober_probe_total", Help: "x"})
+	c.Inc()
+	probes.MustRegister(c)
+	h := newTestServer(t, Deps{Metrics: reg, ProbeMetrics: probes}).Handler()
+	w := get(t, h, "/metrics")
+	if !strings.Contains(w.Body.String(), "kubelet_running_pods 3\n") || strings.Contains(w.Body.String(), "prober_probe_total") {
+		t.Errorf("/metrics:\n%s", w.Body.String())
+	}
+	w = get(t, h, "/metrics/probes")
+	if !strings.Contains(w.Body.String(), "prober_probe_total 1\n") || strings.Contains(w.Body.String(), "kubelet_running_pods") {
+		t.Errorf("/metrics/probes:\n%s", w.Body.String())
 	}
 }
 

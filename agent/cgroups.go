@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -93,7 +94,36 @@ func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	}
 	s.mgr = mgr
 	logger.Info("QoS cgroups ready", "kubepods", cgroups.KubepodsCgroupName(s.root).Cgroupfs())
+	if err := enforceReserved(ctx, kc, mgr); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// enforceReserved limits kubeReservedCgroup / systemReservedCgroup to kubeReserved /
+// systemReserved when enforceNodeAllocatable lists them (the "-compressible" forms:
+// CPU only). As upstream, the cgroups must exist and a failure stops the start.
+func enforceReserved(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, mgr *cgroups.Manager) error {
+	for _, key := range kc.EnforceNodeAllocatable {
+		var field, cgroup string
+		var reserved map[string]string
+		switch strings.TrimSuffix(key, "-compressible") {
+		case "system-reserved":
+			field, cgroup, reserved = "systemReserved", kc.SystemReservedCgroup, kc.SystemReserved
+		case "kube-reserved":
+			field, cgroup, reserved = "kubeReserved", kc.KubeReservedCgroup, kc.KubeReserved
+		default:
+			continue
+		}
+		rl, err := node.ParseReserved(field, reserved)
+		if err != nil {
+			return err
+		}
+		if err := mgr.EnforceReservedCgroup(ctx, cgroup, rl, strings.HasSuffix(key, "-compressible")); err != nil {
+			return fmt.Errorf("enforceNodeAllocatable %q: %w (create the cgroup %s first, e.g. with the service manager, or drop %q from enforceNodeAllocatable)", key, err, cgroup, key)
+		}
+	}
+	return nil
 }
 
 // cgroupParent is the sandbox's cgroup parent, or "" without QoS cgroups.

@@ -212,11 +212,11 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 		c.machine = mi
 	}
 
-	kubeReserved, err := parseReserved("kubeReserved", kc.KubeReserved)
+	kubeReserved, err := ParseReserved("kubeReserved", kc.KubeReserved)
 	if err != nil {
 		return nil, fmt.Errorf("creating node controller: %w", err)
 	}
-	systemReserved, err := parseReserved("systemReserved", kc.SystemReserved)
+	systemReserved, err := ParseReserved("systemReserved", kc.SystemReserved)
 	if err != nil {
 		return nil, fmt.Errorf("creating node controller: %w", err)
 	}

@@ -75,8 +75,8 @@ func parseEvictionHard(m map[string]string) (map[v1.ResourceName]threshold, erro
 	return out, nil
 }
 
-// parseReserved parses kubeReserved/systemReserved ("cpu": "100m", "memory": "1Gi", ...).
-func parseReserved(what string, m map[string]string) (v1.ResourceList, error) {
+// ParseReserved parses kubeReserved/systemReserved ("cpu": "100m", "memory": "1Gi", ...).
+func ParseReserved(what string, m map[string]string) (v1.ResourceList, error) {
 	out := v1.ResourceList{}
 	for k, v := range m {
 		q, err := resource.ParseQuantity(v)
@@ -95,11 +95,11 @@ func parseReserved(what string, m map[string]string) (v1.ResourceList, error) {
 // eviction thresholds: the total the kubepods cgroup may use (eviction is enforced by
 // the eviction manager, not the cgroup).
 func ReservedAllocatable(capacity v1.ResourceList, kubeReserved, systemReserved map[string]string) (v1.ResourceList, error) {
-	kube, err := parseReserved("kubeReserved", kubeReserved)
+	kube, err := ParseReserved("kubeReserved", kubeReserved)
 	if err != nil {
 		return nil, err
 	}
-	system, err := parseReserved("systemReserved", systemReserved)
+	system, err := ParseReserved("systemReserved", systemReserved)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -118,4 +119,50 @@ func TestQoSCgroupsAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSystemReservedCgroupIsEnforced lists system-reserved in enforceNodeAllocatable with
+// an existing systemReservedCgroup: nodelet limits it to systemReserved (memory, cpu
+// shares). With the cgroup missing, nodelet refuses to start and says which cgroup.
+func TestSystemReservedCgroupIsEnforced(t *testing.T) {
+	f := framework.New(t)
+	const name = "nodelet-e2e-system.slice"
+	dirs := []string{filepath.Join("/sys/fs/cgroup/memory", name), filepath.Join("/sys/fs/cgroup/cpu", name), filepath.Join("/sys/fs/cgroup/pids", name)}
+	reserved := func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.SystemReservedCgroup = "/" + name
+		c.SystemReserved = map[string]string{"cpu": "500m", "memory": "256Mi"}
+		c.EnforceNodeAllocatable = []string{"pods", "system-reserved"}
+	}
+
+	// Missing cgroup: a clear start-up error.
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+	n := f.StartNodelet(framework.NodeletOptions{Config: reserved})
+	if err := n.WaitExit(time.Minute); err == nil {
+		t.Fatal("nodelet started although systemReservedCgroup does not exist")
+	}
+	if logs := n.Logs(); !strings.Contains(logs, "system-reserved") || !strings.Contains(logs, name) || !strings.Contains(logs, "does not exist") {
+		t.Errorf("the start-up error does not name the setting and the missing cgroup:\n%s", n.Logs())
+	}
+
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			_ = os.Remove(d)
+		}
+	})
+	startNode(t, f, framework.NodeletOptions{Config: reserved})
+	if got := readCgroup(t, filepath.Join(dirs[0], "memory.limit_in_bytes")); got != "268435456" {
+		t.Errorf("%s memory.limit_in_bytes = %s, want 268435456 (256Mi)", name, got)
+	}
+	if got := readCgroup(t, filepath.Join(dirs[1], "cpu.shares")); got != "512" {
+		t.Errorf("%s cpu.shares = %s, want 512 (500m)", name, got)
+	}
+	t.Logf("%s: memory.limit_in_bytes %s, cpu.shares %s", name,
+		readCgroup(t, filepath.Join(dirs[0], "memory.limit_in_bytes")), readCgroup(t, filepath.Join(dirs[1], "cpu.shares")))
 }

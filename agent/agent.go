@@ -320,7 +320,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.ActivePods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
-		metrics: reg, summary: statsProvider, clock: clk,
+		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the kubelet API server: %w", err)

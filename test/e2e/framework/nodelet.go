@@ -45,6 +45,11 @@ type NodeletOptions struct {
 	KeepNode bool
 	// StopTimeout bounds Stop's wait after SIGTERM before it kills (default 60s).
 	StopTimeout time.Duration
+	// BootstrapKubeconfig, if set, starts nodelet the kubeadm-join way: with
+	// --bootstrap-kubeconfig=BootstrapKubeconfig, a --kubeconfig that does not exist yet
+	// (Nodelet.KubeconfigPath) and --cert-dir=Nodelet.CertDir, both in the test's directory,
+	// instead of the rig's ready-made node credential.
+	BootstrapKubeconfig string
 }
 
 // Nodelet is a running (or stopped) nodelet process of one test. Its directory holds the
@@ -57,8 +62,12 @@ type Nodelet struct {
 	StaticPodDir string // staticPodPath
 	PodLogsDir   string // podLogsDir
 	LogPath      string // the process's stdout and stderr
-	Config       *kubeletconfigv1beta1.KubeletConfiguration
-	Args         []string
+	// KubeconfigPath is --kubeconfig; CertDir is --cert-dir ("" = nodelet's default), set with
+	// NodeletOptions.BootstrapKubeconfig.
+	KubeconfigPath string
+	CertDir        string
+	Config         *kubeletconfigv1beta1.KubeletConfiguration
+	Args           []string
 
 	f    *Framework
 	opts NodeletOptions
@@ -185,11 +194,18 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 	for _, p := range opts.StaticPods {
 		n.WriteStaticPod(p)
 	}
+	n.KubeconfigPath = f.Env.NodeKubeconfig
+	if opts.BootstrapKubeconfig != "" {
+		n.KubeconfigPath, n.CertDir = filepath.Join(dir, "kubelet.conf"), filepath.Join(dir, "pki")
+	}
 	n.Args = []string{
 		"--config=" + n.ConfigPath,
-		"--kubeconfig=" + f.Env.NodeKubeconfig,
+		"--kubeconfig=" + n.KubeconfigPath,
 		"--hostname-override=" + f.Env.NodeName,
 		"--root-dir=" + n.RootDir,
+	}
+	if opts.BootstrapKubeconfig != "" {
+		n.Args = append(n.Args, "--bootstrap-kubeconfig="+opts.BootstrapKubeconfig, "--cert-dir="+n.CertDir)
 	}
 	if opts.Verbosity > 0 {
 		n.Args = append(n.Args, fmt.Sprintf("--v=%d", opts.Verbosity))

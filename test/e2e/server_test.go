@@ -239,6 +239,11 @@ func TestKubeletAPI(t *testing.T) {
 		if !regexp.MustCompile(`\nkubelet_running_pods [3-9]`).MatchString(out) {
 			t.Errorf("kubelet_running_pods is not at least 3:\n%s", grepLines(out, "kubelet_running_pods"))
 		}
+		// Probe metrics have an endpoint of their own and stay out of /metrics, as upstream.
+		mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/metrics/probes")
+		if strings.Contains(out, "prober_probe_total") {
+			t.Errorf("/metrics has prober_probe_total (it belongs on /metrics/probes)")
+		}
 		if out := mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/healthz"); out != "ok" {
 			t.Errorf("/healthz = %q", out)
 		}

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -372,14 +374,16 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
 		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
 	}
+	creds := m.pullCredentials(ctx, pod, c.Image)
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	queued := m.clock.Now()
 	select {
 	case m.pullSlots <- struct{}{}:
 	case <-ctx.Done():
 		return "", nil, ctx.Err()
 	}
 	start := m.clock.Now()
-	ref, err := m.img.PullImage(ctx, spec, nil, sbCfg)
+	ref, err := m.pullWithCredentials(ctx, spec, creds, sbCfg)
 	<-m.pullSlots
 	if err != nil {
 		m.imageBackoff.Next(key, m.clock.Now())
@@ -387,8 +391,36 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, fmt.Errorf("pulling image %s: %w", c.Image, err)
 	}
 	m.imageBackoff.Reset(key)
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", c.Image, m.clock.Since(start).Round(1e6))
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
+		c.Image, m.clock.Since(start).Round(time.Millisecond), m.clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
 	return ref, nil, nil
+}
+
+// pullWithCredentials pulls anonymously when no credential applies, otherwise
+// tries each matching credential in turn (most specific first) as upstream
+// does, returning the aggregate of their errors when all fail.
+func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.ImageSpec, creds []*runtimeapi.AuthConfig, sbCfg *runtimeapi.PodSandboxConfig) (string, error) {
+	if len(creds) == 0 {
+		return m.img.PullImage(ctx, spec, nil, sbCfg)
+	}
+	var errs []error
+	for _, auth := range creds {
+		ref, err := m.img.PullImage(ctx, spec, auth, sbCfg)
+		if err == nil {
+			return ref, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", utilerrors.NewAggregate(errs)
+}
+
+// imageSize reports the pulled image's size for the Pulled event; 0 if unknown.
+func (m *Manager) imageSize(ctx context.Context, ref string) uint64 {
+	resp, err := m.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false)
+	if err != nil {
+		return 0
+	}
+	return resp.GetImage().GetSize()
 }
 
 // TerminationMessage reads what a terminated container left in its termination

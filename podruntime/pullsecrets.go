@@ -1,0 +1,242 @@
+package podruntime
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// defaultRegistryHost is the key Docker's config files use for Docker Hub
+// (written as "https://index.docker.io/v1/"); images normalize to docker.io.
+const defaultRegistryHost = "index.docker.io"
+
+// dockerConfigEntry is one registry's entry in a .dockercfg / .dockerconfigjson.
+type dockerConfigEntry struct {
+	Username      string `json:"username,omitempty"`
+	Password      string `json:"password,omitempty"`
+	Email         string `json:"email,omitempty"`
+	Auth          string `json:"auth,omitempty"`
+	IdentityToken string `json:"identitytoken,omitempty"`
+	RegistryToken string `json:"registrytoken,omitempty"`
+}
+
+// keyring holds registry credentials indexed by schemeless location
+// ("host[:port][/path]"), most specific first as upstream's keyring orders them.
+type keyring struct {
+	index []string
+	creds map[string][]*runtimeapi.AuthConfig
+}
+
+// add records the entries of one docker config, keyed as the docker client does:
+// the scheme and a leading /v1/ or /v2/ are ignored.
+func (k *keyring) add(cfg map[string]dockerConfigEntry) error {
+	if k.creds == nil {
+		k.creds = map[string][]*runtimeapi.AuthConfig{}
+	}
+	locs := make([]string, 0, len(cfg))
+	for loc := range cfg {
+		locs = append(locs, loc)
+	}
+	sort.Strings(locs) // deterministic order of credentials under one key
+	type cred struct {
+		key  string
+		auth *runtimeapi.AuthConfig
+	}
+	// Parse everything first so a malformed entry leaves the keyring untouched.
+	var parsed []cred
+	for _, loc := range locs {
+		e := cfg[loc]
+		if e.Auth != "" && (e.Username == "" || e.Password == "") {
+			raw, err := base64.StdEncoding.DecodeString(e.Auth)
+			if err != nil {
+				return fmt.Errorf("decoding the auth field of %q: %w", loc, err)
+			}
+			user, pass, ok := strings.Cut(string(raw), ":")
+			if !ok {
+				return fmt.Errorf("auth field of %q is not user:password", loc)
+			}
+			e.Username, e.Password = user, pass
+		}
+		value := loc
+		if !strings.HasPrefix(value, "https://") && !strings.HasPrefix(value, "http://") {
+			value = "https://" + value
+		}
+		u, err := url.Parse(value)
+		if err != nil || u.Host == "" {
+			klog.InfoS("Ignoring an unparsable registry location in a pull secret", "location", loc, "err", err)
+			continue
+		}
+		p := u.Path
+		if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/v2/") {
+			p = p[3:]
+		}
+		key := u.Host
+		if p != "" && p != "/" {
+			key += p
+		}
+		// ServerAddress stays empty: the runtime applies the auth to the image's own
+		// registry, and containerd 1.6 rejects a schemeless host:port there.
+		parsed = append(parsed, cred{key: key, auth: &runtimeapi.AuthConfig{
+			Username: e.Username, Password: e.Password, Auth: e.Auth,
+			IdentityToken: e.IdentityToken, RegistryToken: e.RegistryToken,
+		}})
+	}
+	for _, c := range parsed {
+		if _, seen := k.creds[c.key]; !seen {
+			k.index = append(k.index, c.key)
+		}
+		k.creds[c.key] = append(k.creds[c.key], c.auth)
+	}
+	// Reverse lexical order puts longer (more specific) keys sharing a prefix first.
+	sort.Sort(sort.Reverse(sort.StringSlice(k.index)))
+	return nil
+}
+
+// lookup returns the credentials whose location matches repo (a normalized
+// "host/path" without tag or digest), most specific first. Docker Hub images
+// fall back to index.docker.io entries.
+func (k *keyring) lookup(repo string) []*runtimeapi.AuthConfig {
+	var out []*runtimeapi.AuthConfig
+	for _, key := range k.index {
+		if locationMatches(key, repo) {
+			out = append(out, k.creds[key]...)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	if isDefaultRegistry(repo) {
+		return k.creds[defaultRegistryHost]
+	}
+	return nil
+}
+
+// locationMatches says whether the keyring location glob covers repo: same
+// number of host labels each matching (globs allowed, as "*.example.com"), the
+// same port, and the glob's path a prefix of repo's path.
+func locationMatches(glob, repo string) bool {
+	gh, gp := splitLocation(glob)
+	th, tp := splitLocation(repo)
+	gHost, gPort := splitHostPort(gh)
+	tHost, tPort := splitHostPort(th)
+	if gPort != tPort {
+		return false
+	}
+	gl, tl := strings.Split(gHost, "."), strings.Split(tHost, ".")
+	if len(gl) != len(tl) {
+		return false
+	}
+	for i := range gl {
+		if ok, _ := filepath.Match(gl[i], tl[i]); !ok {
+			return false
+		}
+	}
+	return strings.HasPrefix(tp, gp)
+}
+
+func splitLocation(s string) (host, path string) {
+	if i := strings.Index(s, "/"); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
+}
+
+func splitHostPort(hp string) (string, string) {
+	if h, p, err := net.SplitHostPort(hp); err == nil {
+		return h, p
+	}
+	return hp, ""
+}
+
+func isDefaultRegistry(repo string) bool {
+	host, _ := splitLocation(repo)
+	return host == "docker.io" || host == defaultRegistryHost
+}
+
+// normalizeRepo turns an image reference into "host/path" without tag or
+// digest, as the docker reference grammar does: no host means docker.io, a
+// one-element Docker Hub path gains library/, index.docker.io becomes docker.io.
+func normalizeRepo(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	if i, j := strings.LastIndex(image, ":"), strings.LastIndex(image, "/"); i > j {
+		image = image[:i]
+	}
+	first, rest, found := strings.Cut(image, "/")
+	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		first, rest = "docker.io", image
+	}
+	if first == defaultRegistryHost {
+		first = "docker.io"
+	}
+	if first == "docker.io" && !strings.Contains(rest, "/") {
+		rest = "library/" + rest
+	}
+	return first + "/" + rest
+}
+
+// parseDockerConfig reads the credentials of one pull secret.
+func parseDockerConfig(s *v1.Secret) (map[string]dockerConfigEntry, error) {
+	if b, ok := s.Data[v1.DockerConfigJsonKey]; ok && len(b) > 0 {
+		var cfg struct {
+			Auths map[string]dockerConfigEntry `json:"auths"`
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return nil, fmt.Errorf("parsing %s: %w", v1.DockerConfigJsonKey, err)
+		}
+		return cfg.Auths, nil
+	}
+	if b, ok := s.Data[v1.DockerConfigKey]; ok && len(b) > 0 {
+		var cfg map[string]dockerConfigEntry
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return nil, fmt.Errorf("parsing %s: %w", v1.DockerConfigKey, err)
+		}
+		return cfg, nil
+	}
+	return nil, fmt.Errorf("secret has neither %s nor %s", v1.DockerConfigJsonKey, v1.DockerConfigKey)
+}
+
+// pullCredentials returns the credentials of the pod's imagePullSecrets that
+// apply to image. Missing or malformed secrets are skipped (upstream pulls
+// without them) but reported, so a typo in a secret name is visible.
+func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string) []*runtimeapi.AuthConfig {
+	if len(pod.Spec.ImagePullSecrets) == 0 || m.env == nil {
+		return nil
+	}
+	var k keyring
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		if ref.Name == "" {
+			continue
+		}
+		s, err := m.env.Secret(ctx, pod.Namespace, ref.Name)
+		if err == nil && s == nil {
+			err = apierrors.NewNotFound(v1.Resource("secrets"), ref.Name)
+		}
+		if err != nil {
+			klog.InfoS("Unable to retrieve pull secret, the image pull may not succeed", "pod", klog.KObj(pod), "secret", klog.KRef(pod.Namespace, ref.Name), "err", err)
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", ref.Name)
+			continue
+		}
+		cfg, err := parseDockerConfig(s)
+		if err == nil {
+			err = k.add(cfg)
+		}
+		if err != nil {
+			klog.InfoS("Ignoring a malformed pull secret", "pod", klog.KObj(pod), "secret", klog.KRef(pod.Namespace, ref.Name), "err", err)
+			continue
+		}
+	}
+	return k.lookup(normalizeRepo(image))
+}

@@ -99,6 +99,7 @@ if ((${#shims[@]})); then
 	log "stopping containerd shims: ${shims[*]}"
 	stop_pids 10 "${shims[@]}"
 fi
+stop_named registry
 stop_named kube-controller-manager
 stop_named kube-apiserver
 stop_named etcd

@@ -21,6 +21,9 @@ PKGS=(
 	dbus dbus-daemon            # a private bus for logind/shutdown-inhibitor tests
 	gcc libc6-dev               # `go test -race` needs cgo
 	git ca-certificates curl    # curl: health checks in up.sh
+	docker-registry             # 2.8: the rig's local registry on 127.0.0.1:5000 (image pull e2e)
+	skopeo                      # pushes the rig's busybox OCI archive into that registry
+	apache2-utils               # htpasswd -B: the registry's bcrypt htpasswd file
 )
 
 log() { echo "[install-deps $(date -u +%H:%M:%S)] $*" >&2; }

@@ -472,6 +472,59 @@ for img in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
 	"$BIN/ctr" images ls -q | grep -qxF "$img" || die "image $img not in containerd after import"
 done
 
+# ---------------------------------------------------------------- local registry
+# A registry (Debian's docker-registry 2.8) on 127.0.0.1, plain HTTP with htpasswd auth, holding
+# the busybox image, so image pulls (pull secrets, ErrImagePull, back-off) are tested for real.
+# The password is generated once and kept; containerd reaches the registry over HTTP through a
+# hosts.toml in its config_path (read at each pull, no restart).
+REGISTRY_PORT=${REGISTRY_PORT:-5000}
+REGISTRY=127.0.0.1:$REGISTRY_PORT
+REGISTRY_USER=nodelet
+REGISTRY_IMAGE=$REGISTRY/busybox:e2e
+REG=$RIG_DIR/registry
+mkdir -p "$REG/data"
+[[ -s "$REG/password" ]] || (umask 077 && openssl rand -hex 16 >"$REG/password")
+REGISTRY_PASSWORD=$(cat "$REG/password")
+# htpasswd -B salts each run: only rewrite when the entry no longer verifies.
+if ! htpasswd -vb "$REG/htpasswd" "$REGISTRY_USER" "$REGISTRY_PASSWORD" >/dev/null 2>&1; then
+	htpasswd -Bbn "$REGISTRY_USER" "$REGISTRY_PASSWORD" >"$REG/htpasswd.tmp" && mv "$REG/htpasswd.tmp" "$REG/htpasswd"
+fi
+reg_changed=0
+write_if_changed "$REG/config.yml" <<REGEOF && reg_changed=1
+# Written by test/rig/up.sh.
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $REG/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+auth:
+  htpasswd:
+    realm: nodelet-rig
+    path: $REG/htpasswd
+REGEOF
+if ((reg_changed)) && alive registry; then
+	log "registry config changed: restarting the registry"
+	kill -TERM "$(cat "$RUN/registry.pid")"
+	for _ in $(seq 1 100); do alive registry || break; sleep 0.1; done
+fi
+start registry docker-registry serve "$REG/config.yml"
+wait_until 30 "registry $REGISTRY" curl -fsS -o /dev/null -u "$REGISTRY_USER:$REGISTRY_PASSWORD" "http://$REGISTRY/v2/"
+check_alive registry
+mkdir -p "$CD/certs.d/$REGISTRY"
+write_if_changed "$CD/certs.d/$REGISTRY/hosts.toml" <<REGEOF || true
+server = "http://$REGISTRY"
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+REGEOF
+skopeo copy --quiet --dest-tls-verify=false --dest-creds "$REGISTRY_USER:$REGISTRY_PASSWORD" \
+	"oci-archive:$RIG_DIR/images/busybox.tar" "docker://$REGISTRY_IMAGE" >&2 ||
+	die "pushing busybox to $REGISTRY_IMAGE failed"
+
 CONTAINER_RUNTIME_ENDPOINT=unix://$SOCK
 wait_until 30 "CRI on $CONTAINER_RUNTIME_ENDPOINT" "$BIN/rigcri" -endpoint "$CONTAINER_RUNTIME_ENDPOINT" version
 
@@ -506,6 +559,10 @@ NODELET_HEALTHZ_PORT=$NODELET_HEALTHZ_PORT
 SERVICE_CIDR=$SERVICE_CIDR
 BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 PAUSE_IMAGE=$PAUSE_IMAGE
+REGISTRY=$REGISTRY
+REGISTRY_USER=$REGISTRY_USER
+REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+REGISTRY_IMAGE=$REGISTRY_IMAGE
 KUBECTL=$KUBECTL
 CTR=$BIN/ctr
 RIGCRI=$BIN/rigcri

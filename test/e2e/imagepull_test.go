@@ -1,0 +1,163 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/test/e2e/framework"
+)
+
+// TestImagePullFromRegistry pulls from the rig's local registry (htpasswd auth, plain
+// HTTP): with an imagePullSecret the pull succeeds; without it, and for a missing tag,
+// the container waits in ErrImagePull then ImagePullBackOff; IfNotPresent with the image
+// present does not pull at all.
+func TestImagePullFromRegistry(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	reg, user, pass, image := f.Env.All["REGISTRY"], f.Env.All["REGISTRY_USER"], f.Env.All["REGISTRY_PASSWORD"], f.Env.All["REGISTRY_IMAGE"]
+	if reg == "" || image == "" {
+		t.Skip("rig.env has no REGISTRY: the rig predates its registry, rerun test/rig/up.sh")
+	}
+	// Start without the image so the first pull really goes to the registry, and leave
+	// none behind (the rig's own nodelet.local images are never touched).
+	rmImage := func() { _ = exec.Command(f.Env.Ctr, "images", "rm", image).Run() }
+	rmImage()
+	t.Cleanup(rmImage)
+	if tags, _ := f.CRI.ImageTags(ctx); slices.Contains(tags, image) {
+		t.Fatalf("could not remove %s before the test", image)
+	}
+
+	ns := f.NewNamespace()
+	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{reg: map[string]string{
+		"username": user, "password": pass, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
+		Type:       v1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{v1.DockerConfigJsonKey: cfg},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, f, framework.NodeletOptions{})
+
+	pod := func(name, img string, policy v1.PullPolicy, secret bool) *v1.Pod {
+		p := f.BusyboxPod(ns, name, "sh", "-c", "sleep 3600")
+		p.Spec.Containers[0].Image = img
+		p.Spec.Containers[0].ImagePullPolicy = policy
+		if secret {
+			p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}}
+		}
+		return p
+	}
+
+	// (a) Always + secret: pulled and running.
+	f.CreatePod(ctx, pod("with-secret", image, v1.PullAlways, true))
+	f.WaitForPodReady(ctx, ns, "with-secret", 2*time.Minute)
+	pulling := waitForEvent(ctx, t, f, ns, "with-secret", "Pulling", 30*time.Second)
+	if want := fmt.Sprintf("Pulling image %q", image); pulling.Message != want {
+		t.Errorf("Pulling event %q, want %q", pulling.Message, want)
+	}
+	pulled := waitForEvent(ctx, t, f, ns, "with-secret", "Pulled", 30*time.Second)
+	if !strings.HasPrefix(pulled.Message, fmt.Sprintf("Successfully pulled image %q in ", image)) || !strings.Contains(pulled.Message, "including waiting") {
+		t.Errorf("Pulled event %q", pulled.Message)
+	}
+	t.Logf("with the pull secret: %s", pulled.Message)
+	if tags, _ := f.CRI.ImageTags(ctx); !slices.Contains(tags, image) {
+		t.Errorf("after the pull the runtime lists %v, not %s", tags, image)
+	}
+
+	// (b) Always without the secret: the registry refuses, ErrImagePull then ImagePullBackOff.
+	f.CreatePod(ctx, pod("no-secret", image, v1.PullAlways, false))
+	errPull := waitForWaiting(ctx, f, ns, "no-secret", "ErrImagePull", time.Minute)
+	if m := strings.ToLower(errPull.Message); !strings.Contains(m, "401") && !strings.Contains(m, "unauthorized") {
+		t.Errorf("ErrImagePull message does not say the registry refused: %q", errPull.Message)
+	}
+	t.Logf("without the secret: ErrImagePull: %s", errPull.Message)
+	backoff := waitForWaiting(ctx, f, ns, "no-secret", "ImagePullBackOff", time.Minute)
+	if want := fmt.Sprintf("Back-off pulling image %q", image); backoff.Message != want {
+		t.Errorf("ImagePullBackOff message %q, want %q", backoff.Message, want)
+	}
+	failed := waitForEvent(ctx, t, f, ns, "no-secret", "Failed", 30*time.Second)
+	if !strings.HasPrefix(failed.Message, fmt.Sprintf("Failed to pull image %q: ", image)) {
+		t.Errorf("Failed event %q", failed.Message)
+	}
+	if ev := waitForEvent(ctx, t, f, ns, "no-secret", "BackOff", 30*time.Second); ev.Message != backoff.Message {
+		t.Errorf("BackOff event %q, want %q", ev.Message, backoff.Message)
+	}
+
+	// (c) a tag the registry does not have: ErrImagePull with the registry's not-found.
+	missing := reg + "/busybox:does-not-exist"
+	f.CreatePod(ctx, pod("missing-tag", missing, v1.PullIfNotPresent, true))
+	notFound := waitForWaiting(ctx, f, ns, "missing-tag", "ErrImagePull", time.Minute)
+	if !strings.Contains(strings.ToLower(notFound.Message), "not found") {
+		t.Errorf("ErrImagePull for a missing tag: %q, want the registry's not found", notFound.Message)
+	}
+	t.Logf("missing tag: ErrImagePull: %s", notFound.Message)
+
+	// (d) IfNotPresent with the image present (pulled by (a)): no pull, no secret needed.
+	f.CreatePod(ctx, pod("present", image, v1.PullIfNotPresent, false))
+	f.WaitForPodReady(ctx, ns, "present", time.Minute)
+	ev := waitForEvent(ctx, t, f, ns, "present", "Pulled", 30*time.Second)
+	if want := fmt.Sprintf("Container image %q already present on machine", image); ev.Message != want {
+		t.Errorf("Pulled event %q, want %q", ev.Message, want)
+	}
+	if reasons := eventReasons(ctx, t, f, ns, "present"); slices.Contains(reasons, "Pulling") {
+		t.Errorf("IfNotPresent with the image present pulled anyway: events %v", reasons)
+	}
+
+	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present"} {
+		if err := f.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Errorf("deleting %s: %v", name, err)
+		}
+	}
+	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present"} {
+		f.WaitForPodGone(ctx, ns, name, time.Minute)
+	}
+}
+
+// waitForWaiting waits until the pod's first container waits with reason.
+func waitForWaiting(ctx context.Context, f *framework.Framework, ns, name, reason string, timeout time.Duration) *v1.ContainerStateWaiting {
+	var w *v1.ContainerStateWaiting
+	f.WaitForPod(ctx, ns, name, timeout, "container waiting with "+reason, func(p *v1.Pod) bool {
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		w = p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == reason
+	})
+	return w
+}
+
+// waitForEvent waits for an event of the pod with reason and returns it.
+func waitForEvent(ctx context.Context, t *testing.T, f *framework.Framework, ns, pod, reason string, timeout time.Duration) *v1.Event {
+	t.Helper()
+	var found *v1.Event
+	err := framework.WaitFor(ctx, timeout, "event "+reason+" of "+pod, func(ctx context.Context) (bool, error) {
+		evs, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		found = &evs.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; events: %v", err, eventReasons(ctx, t, f, ns, pod))
+	}
+	return found
+}

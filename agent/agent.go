@@ -319,7 +319,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
 	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
-		pods: loop.ActivePods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
+		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})
 	if err != nil {

@@ -59,9 +59,9 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		return nil, err
 	}
 	pods := func() []*v1.Pod {
-		active := d.pods()
-		out := make([]*v1.Pod, 0, len(active))
-		for _, p := range active {
+		known := d.pods()
+		out := make([]*v1.Pod, 0, len(known))
+		for _, p := range known {
 			// The spec the node runs, with the status it last computed (as upstream's /pods).
 			if st, ok := d.podStatus(p.UID); ok {
 				p = p.DeepCopy()

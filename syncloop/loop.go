@@ -378,6 +378,18 @@ func (l *Loop) PodDeleted(uid string) bool {
 	return w == nil || (w.finished() && w.isReclaimed())
 }
 
+// Pods returns every pod the node knows from its sources, running, terminating or
+// finished (what the kubelet API's /pods lists, as upstream's pod manager).
+func (l *Loop) Pods() []*v1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*v1.Pod, 0, len(l.pods))
+	for _, p := range l.pods {
+		out = append(out, p)
+	}
+	return out
+}
+
 // ActivePods returns the pods this node is running (admitted and not terminating).
 func (l *Loop) ActivePods() []*v1.Pod {
 	l.mu.Lock()

@@ -363,6 +363,9 @@ func TestKillPodForNodeShutdown(t *testing.T) {
 			if len(r.loop.ActivePods()) != 0 {
 				t.Fatal("a killed pod is still listed as active")
 			}
+			if ps := r.loop.Pods(); len(ps) != 1 || ps[0].UID != pod.UID {
+				t.Fatalf("Pods() = %d pods, want the killed pod still known (the kubelet API lists it)", len(ps))
+			}
 			// A node-level kill stops the pod but does not delete it: its containers stay for logs.
 			if len(r.containers(t, "uid-6")) == 0 {
 				t.Fatal("a pod killed for shutdown must keep its (stopped) containers")

@@ -83,13 +83,15 @@ func TestImagePullFromRegistry(t *testing.T) {
 	}
 
 	// (b) Always without the secret: the registry refuses, ErrImagePull then ImagePullBackOff.
+	// ErrImagePull lasts only until the next sync, so the API's updates are watched, not polled.
+	seen := watchWaiting(ctx, t, f, ns, "no-secret", time.Minute, "ErrImagePull", "ImagePullBackOff")
 	f.CreatePod(ctx, pod("no-secret", image, v1.PullAlways, false))
-	errPull := waitForWaiting(ctx, f, ns, "no-secret", "ErrImagePull", time.Minute)
+	reasons := <-seen
+	errPull, backoff := reasons["ErrImagePull"], reasons["ImagePullBackOff"]
 	if m := strings.ToLower(errPull.Message); !strings.Contains(m, "401") && !strings.Contains(m, "unauthorized") {
 		t.Errorf("ErrImagePull message does not say the registry refused: %q", errPull.Message)
 	}
 	t.Logf("without the secret: ErrImagePull: %s", errPull.Message)
-	backoff := waitForWaiting(ctx, f, ns, "no-secret", "ImagePullBackOff", time.Minute)
 	if want := fmt.Sprintf("Back-off pulling image %q", image); backoff.Message != want {
 		t.Errorf("ImagePullBackOff message %q, want %q", backoff.Message, want)
 	}
@@ -103,8 +105,9 @@ func TestImagePullFromRegistry(t *testing.T) {
 
 	// (c) a tag the registry does not have: ErrImagePull with the registry's not-found.
 	missing := reg + "/busybox:does-not-exist"
+	seen = watchWaiting(ctx, t, f, ns, "missing-tag", time.Minute, "ErrImagePull")
 	f.CreatePod(ctx, pod("missing-tag", missing, v1.PullIfNotPresent, true))
-	notFound := waitForWaiting(ctx, f, ns, "missing-tag", "ErrImagePull", time.Minute)
+	notFound := (<-seen)["ErrImagePull"]
 	if !strings.Contains(strings.ToLower(notFound.Message), "not found") {
 		t.Errorf("ErrImagePull for a missing tag: %q, want the registry's not found", notFound.Message)
 	}
@@ -131,17 +134,48 @@ func TestImagePullFromRegistry(t *testing.T) {
 	}
 }
 
-// waitForWaiting waits until the pod's first container waits with reason.
-func waitForWaiting(ctx context.Context, f *framework.Framework, ns, name, reason string, timeout time.Duration) *v1.ContainerStateWaiting {
-	var w *v1.ContainerStateWaiting
-	f.WaitForPod(ctx, ns, name, timeout, "container waiting with "+reason, func(p *v1.Pod) bool {
-		if len(p.Status.ContainerStatuses) == 0 {
-			return false
+// watchWaiting watches the pod (from before it exists) and delivers, once every reason
+// has been seen or the timeout passed, the first waiting state of its first container with
+// each of reasons. It fails the test on timeout.
+func watchWaiting(ctx context.Context, t *testing.T, f *framework.Framework, ns, name string, timeout time.Duration, reasons ...string) <-chan map[string]*v1.ContainerStateWaiting {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	w, err := f.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		cancel()
+		t.Fatalf("watching pod %s: %v", name, err)
+	}
+	out := make(chan map[string]*v1.ContainerStateWaiting, 1)
+	go func() {
+		defer cancel()
+		defer w.Stop()
+		got := map[string]*v1.ContainerStateWaiting{}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*v1.Pod)
+			if !ok || len(p.Status.ContainerStatuses) == 0 {
+				continue
+			}
+			if wt := p.Status.ContainerStatuses[0].State.Waiting; wt != nil && slices.Contains(reasons, wt.Reason) && got[wt.Reason] == nil {
+				got[wt.Reason] = wt
+			}
+			if len(got) == len(reasons) {
+				break
+			}
 		}
-		w = p.Status.ContainerStatuses[0].State.Waiting
-		return w != nil && w.Reason == reason
-	})
-	return w
+		out <- got
+	}()
+	res := make(chan map[string]*v1.ContainerStateWaiting, 1)
+	go func() {
+		got := <-out
+		for _, r := range reasons {
+			if got[r] == nil {
+				t.Errorf("pod %s: container never waited with %s within %v (saw %v)", name, r, timeout, got)
+				got[r] = &v1.ContainerStateWaiting{}
+			}
+		}
+		res <- got
+	}()
+	return res
 }
 
 // waitForEvent waits for an event of the pod with reason and returns it.

@@ -468,8 +468,11 @@ mkdir -p "$RIG_DIR/images"
 for img in busybox pause; do
 	"$BIN/ctr" images import "$RIG_DIR/images/$img.tar" >&2
 done
+# The list is read whole first: `ctr ... | grep -q` under pipefail fails when grep's early exit
+# makes ctr die of SIGPIPE.
+images=$("$BIN/ctr" images ls -q)
 for img in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
-	"$BIN/ctr" images ls -q | grep -qxF "$img" || die "image $img not in containerd after import"
+	grep -qxF "$img" <<<"$images" || die "image $img not in containerd after import"
 done
 
 # ---------------------------------------------------------------- local registry

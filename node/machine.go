@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/procfs"
 )
 
 // MachineInfo holds the facts about the host that go into the Node's capacity and nodeInfo.
@@ -46,11 +47,11 @@ func readMachineInfo(hostRoot, rootDir string) (MachineInfo, error) {
 	p := func(path string) string { return filepath.Join(hostRoot, path) }
 	var mi MachineInfo
 
-	mem, swap, err := readMeminfo(p("/proc/meminfo"))
+	meminfo, err := procfs.ReadMeminfo(p("/proc/meminfo"))
 	if err != nil {
 		return MachineInfo{}, fmt.Errorf("reading memory capacity: %w", err)
 	}
-	mi.MemoryCapacity, mi.SwapCapacity = mem, swap
+	mi.MemoryCapacity, mi.SwapCapacity = meminfo["MemTotal"], meminfo["SwapTotal"]
 
 	// Upstream (cadvisor) counts the machine's online CPUs, independent of the agent's own
 	// affinity; runtime.NumCPU is only a fallback because it follows our cpuset.
@@ -80,43 +81,6 @@ func readMachineInfo(hostRoot, rootDir string) (MachineInfo, error) {
 	}
 	mi.OSImage = readOSImage(p("/etc/os-release"), p("/usr/lib/os-release"))
 	return mi, nil
-}
-
-// readMeminfo returns MemTotal and SwapTotal in bytes.
-func readMeminfo(path string) (mem, swap uint64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	found := false
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(fields) > 2 && fields[2] == "kB" {
-			v *= 1024
-		}
-		switch fields[0] {
-		case "MemTotal:":
-			mem, found = v, true
-		case "SwapTotal:":
-			swap = v
-		}
-	}
-	if err := s.Err(); err != nil {
-		return 0, 0, err
-	}
-	if !found {
-		return 0, 0, fmt.Errorf("no MemTotal in %s", path)
-	}
-	return mem, swap, nil
 }
 
 // filesystemSize is the total size of the filesystem holding dir; a root dir that does not

@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/procfs"
 )
 
 // userHZ is the unit of /proc/stat's CPU times on Linux.
@@ -152,32 +154,13 @@ func (p *Provider) bootTime(now time.Time) time.Time {
 	return now
 }
 
-// meminfo returns /proc/meminfo in bytes.
+// meminfo returns /proc/meminfo in bytes (empty when unreadable).
 func (p *Provider) meminfo() map[string]uint64 {
-	out := map[string]uint64{}
 	data, err := os.ReadFile(filepath.Join(p.cfg.ProcRoot, "meminfo"))
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) > 1 && f[1] == "kB" {
-			n *= 1024
-		}
-		out[k] = n
-	}
-	return out
+	return procfs.ParseMeminfo(data)
 }
 
 func readUint(path string) (uint64, error) {

@@ -48,7 +48,7 @@ func StartBus(dir string) (*Bus, error) {
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>session</type>
-  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
+  <listen>unix:path=`+escapeAddrValue(filepath.Join(dir, "bus"))+`</listen>
   <auth>EXTERNAL</auth>
   <policy context="default">
     <allow send_destination="*" eavesdrop="true"/>
@@ -147,4 +147,19 @@ func Connect(addr string) (*dbus.Conn, error) {
 		return nil, fmt.Errorf("connecting to the test bus %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// escapeAddrValue escapes a value in a D-Bus address (t.TempDir paths carry the test's
+// name, which may hold '=' or ','): bytes outside [-0-9A-Za-z_/.\\*] become %xx.
+func escapeAddrValue(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_/.\\*", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02x", c)
+		}
+	}
+	return b.String()
 }

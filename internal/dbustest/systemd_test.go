@@ -12,6 +12,29 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
+func TestBusInDirNeedingEscapes(t *testing.T) {
+	if got, want := escapeAddrValue("/tmp/Test/v2=true,x/bus"), "/tmp/Test/v2%3dtrue%2cx/bus"; got != want {
+		t.Errorf("escapeAddrValue = %q, want %q", got, want)
+	}
+	dir := filepath.Join(t.TempDir(), "a=b,c")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := StartBus(dir)
+	if errors.Is(err, ErrNoDaemon) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := Connect(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
 func TestSlicePath(t *testing.T) {
 	for _, tt := range []struct{ unit, want string }{
 		{"kubepods.slice", "kubepods.slice"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	v1 "k8s.io/api/core/v1"
@@ -29,7 +30,7 @@ type runtimeConfiger interface {
 // (go-systemd's *dbus.Conn).
 type systemdConn interface {
 	cgroups.SystemdUnits
-	GetManagerProperty(prop string) (string, error)
+	SystemStateContext(ctx context.Context) (*sddbus.Property, error)
 	Close()
 }
 
@@ -43,8 +44,13 @@ func dialSystemd(ctx context.Context) (systemdConn, error) {
 	return conn, nil
 }
 
+// systemdAnswerTimeout bounds the start-up question to systemd, so a stuck bus fails
+// the start instead of hanging it.
+const systemdAnswerTimeout = 10 * time.Second
+
 // openSystemd connects through dial and makes sure systemd itself answers (a bus can
-// be up without systemd on it). The error says what the systemd driver needs.
+// be up without systemd on it); it returns systemd's SystemState. The error says what
+// the systemd driver needs.
 func openSystemd(ctx context.Context, dial func(context.Context) (systemdConn, error)) (systemdConn, string, error) {
 	const need = "cgroupDriver systemd needs systemd as the init system with its D-Bus API reachable " +
 		"(the system bus, or /run/systemd/private as root); on a host without systemd set cgroupDriver: cgroupfs " +
@@ -53,12 +59,14 @@ func openSystemd(ctx context.Context, dial func(context.Context) (systemdConn, e
 	if err != nil {
 		return nil, "", fmt.Errorf("connecting to systemd: %w; %s", err, need)
 	}
-	version, err := conn.GetManagerProperty("Version")
+	askCtx, cancel := context.WithTimeout(ctx, systemdAnswerTimeout)
+	defer cancel()
+	state, err := conn.SystemStateContext(askCtx)
 	if err != nil {
 		conn.Close()
-		return nil, "", fmt.Errorf("asking systemd for its version: %w; %s", err, need)
+		return nil, "", fmt.Errorf("asking systemd for its state: %w; %s", err, need)
 	}
-	return conn, strings.Trim(version, `"`), nil
+	return conn, strings.Trim(state.Value.String(), `"`), nil
 }
 
 // podCgroupSetup is what the cgroup layer gives the rest of nodelet.
@@ -160,11 +168,11 @@ func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		PodPidsLimit: ptr.Deref(kc.PodPidsLimit, -1), CPUCFSQuota: s.resources.CPUCFSQuota, CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
 	}
 	if driver == cgroups.DriverSystemd {
-		conn, version, err := openSystemd(ctx, dial)
+		conn, state, err := openSystemd(ctx, dial)
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("Connected to systemd for the systemd cgroup driver", "systemdVersion", version)
+		logger.Info("Connected to systemd for the systemd cgroup driver", "systemState", state)
 		s.systemd, opts.Systemd = conn, conn
 	}
 	mgr, err := cgroups.NewManager(opts)

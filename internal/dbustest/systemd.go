@@ -27,6 +27,8 @@ type SystemdOptions struct {
 	CgroupRoot string
 	// Version is the Manager's Version property ("252-fake" if empty).
 	Version string
+	// SystemState is the Manager's SystemState property ("running" if empty).
+	SystemState string
 }
 
 // KillUnitCall is one call to the fake systemd's KillUnit.
@@ -78,7 +80,7 @@ const (
 // Systemd is the fake org.freedesktop.systemd1 on its own connection: KillUnit (logind's
 // reload), the transient-unit calls of go-systemd's dbus package (StartTransientUnit,
 // StopUnit, SetUnitProperties, each job ending with a JobRemoved signal) and the
-// Manager's Version property.
+// Manager's Version and SystemState properties.
 type Systemd struct {
 	conn *dbus.Conn
 	opts SystemdOptions
@@ -220,24 +222,30 @@ func (s *Systemd) finishJob(unit, result string) (dbus.ObjectPath, *dbus.Error) 
 type systemdProps struct{ s *Systemd }
 
 func (o systemdProps) Get(iface, name string) (dbus.Variant, *dbus.Error) {
-	if iface != SystemdIface || name != "Version" {
+	v, ok := o.s.managerProps()[name]
+	if iface != SystemdIface || !ok {
 		return dbus.Variant{}, dbus.NewError("org.freedesktop.DBus.Error.UnknownProperty", []any{name})
 	}
-	return dbus.MakeVariant(o.s.version()), nil
+	return v, nil
 }
 
 func (o systemdProps) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
 	if iface != SystemdIface {
 		return nil, dbus.NewError("org.freedesktop.DBus.Error.UnknownInterface", []any{iface})
 	}
-	return map[string]dbus.Variant{"Version": dbus.MakeVariant(o.s.version())}, nil
+	return o.s.managerProps(), nil
 }
 
-func (s *Systemd) version() string {
-	if s.opts.Version != "" {
-		return s.opts.Version
+// managerProps are the Manager properties the fake has: Version and SystemState.
+func (s *Systemd) managerProps() map[string]dbus.Variant {
+	version, state := s.opts.Version, s.opts.SystemState
+	if version == "" {
+		version = "252-fake"
 	}
-	return "252-fake"
+	if state == "" {
+		state = "running"
+	}
+	return map[string]dbus.Variant{"Version": dbus.MakeVariant(version), "SystemState": dbus.MakeVariant(state)}
 }
 
 // StartSystemd exports the fake systemd on its own connection to addr and takes systemd's

@@ -171,6 +171,9 @@ func TestSystemdTransientSlices(t *testing.T) {
 			if err != nil || v != `"252-fake"` {
 				t.Errorf("Version = %s, %v", v, err)
 			}
+			if st, err := c.SystemStateContext(ctx); err != nil || st.Value.Value() != "running" {
+				t.Errorf("SystemState = %v, %v", st, err)
+			}
 			var methods []string
 			for _, call := range sd.UnitCalls() {
 				methods = append(methods, call.Method+":"+call.Err)

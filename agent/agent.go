@@ -178,10 +178,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	goRun(func() { serving.Run(ctx, recorder) })
 
-	cg, err := setUpCgroups(ctx, kc, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity))
+	cg, err := setUpCgroups(ctx, kc, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity), dialSystemd)
 	if err != nil {
 		return err
 	}
+	defer cg.Close()
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
 	if cg.mgr != nil {

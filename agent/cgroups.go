@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -18,9 +20,53 @@ import (
 
 const cgroupfsRoot = "/sys/fs/cgroup"
 
-// runtimeConfiger is the CRI call that reports the runtime's cgroup driver.
+// runtimeConfiger is the CRI calls that report the runtime's cgroup driver.
 type runtimeConfiger interface {
 	RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error)
+	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
+}
+
+// systemdConn is the connection to systemd the systemd cgroup driver uses
+// (go-systemd's *dbus.Conn).
+type systemdConn interface {
+	cgroups.SystemdUnits
+	SystemStateContext(ctx context.Context) (*sddbus.Property, error)
+	Close()
+}
+
+// dialSystemd connects to systemd's D-Bus API: the system bus (DBUS_SYSTEM_BUS_ADDRESS
+// if set), or as root systemd's private socket.
+func dialSystemd(ctx context.Context) (systemdConn, error) {
+	conn, err := sddbus.NewWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// systemdAnswerTimeout bounds the start-up question to systemd, so a stuck bus fails
+// the start instead of hanging it.
+const systemdAnswerTimeout = 10 * time.Second
+
+// openSystemd connects through dial and makes sure systemd itself answers (a bus can
+// be up without systemd on it); it returns systemd's SystemState. The error says what
+// the systemd driver needs.
+func openSystemd(ctx context.Context, dial func(context.Context) (systemdConn, error)) (systemdConn, string, error) {
+	const need = "cgroupDriver systemd needs systemd as the init system with its D-Bus API reachable " +
+		"(the system bus, or /run/systemd/private as root); on a host without systemd set cgroupDriver: cgroupfs " +
+		"(and SystemdCgroup = false in containerd's runc options)"
+	conn, err := dial(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("connecting to systemd: %w; %s", err, need)
+	}
+	askCtx, cancel := context.WithTimeout(ctx, systemdAnswerTimeout)
+	defer cancel()
+	state, err := conn.SystemStateContext(askCtx)
+	if err != nil {
+		conn.Close()
+		return nil, "", fmt.Errorf("asking systemd for its state: %w; %s", err, need)
+	}
+	return conn, strings.Trim(state.Value.String(), `"`), nil
 }
 
 // podCgroupSetup is what the cgroup layer gives the rest of nodelet.
@@ -29,27 +75,69 @@ type podCgroupSetup struct {
 	root      cgroups.CgroupName
 	driver    cgroups.Driver
 	resources cgroups.ResourceOptions
+	systemd   systemdConn // with the systemd driver
+}
+
+// Close drops the connection to systemd, if any.
+func (s *podCgroupSetup) Close() {
+	if s != nil && s.systemd != nil {
+		s.systemd.Close()
+	}
+}
+
+// runtimeCgroupDriver asks the runtime for its cgroup driver: CRI RuntimeConfig
+// (containerd 2.0+, CRI-O), else the CRI config containerd 1.x shows in its verbose
+// status. "" when neither tells.
+func runtimeCgroupDriver(ctx context.Context, rt runtimeConfiger) (driver, source string) {
+	logger := klog.FromContext(ctx)
+	resp, err := rt.RuntimeConfig(ctx)
+	if err == nil {
+		// The enum's zero value is SYSTEMD: an answer without a linux section says nothing.
+		if resp.GetLinux() != nil {
+			if d := cgroups.DriverFromCRI(resp.GetLinux().GetCgroupDriver()); d != "" {
+				return d, "RuntimeConfig"
+			}
+		}
+	} else {
+		logger.V(4).Info("The runtime does not answer RuntimeConfig", "err", err)
+	}
+	status, err := rt.Status(ctx, true)
+	if err != nil {
+		logger.V(4).Info("Cannot read the runtime's verbose status", "err", err)
+		return "", ""
+	}
+	if d := cgroups.DriverFromRuntimeInfo(status.GetInfo()); d != "" {
+		return d, "verbose Status config (containerd.runtimes[defaultRuntimeName].options.SystemdCgroup)"
+	}
+	return "", ""
 }
 
 // setUpCgroups detects the cgroup version, checks the driver against the runtime's,
-// and creates the QoS hierarchy (kubepods, burstable, besteffort) when cgroupsPerQOS.
-func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64) (*podCgroupSetup, error) {
+// and creates the QoS hierarchy (kubepods, burstable, besteffort) when cgroupsPerQOS;
+// with the systemd driver it connects to systemd through dial first.
+func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64,
+	dial func(context.Context) (systemdConn, error)) (*podCgroupSetup, error) {
 	logger := klog.FromContext(ctx)
 	mode, err := cgroups.DetectMode(cgroupfsRoot)
 	if err != nil {
 		return nil, fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
 	}
-	logger.Info("Detected cgroup hierarchy", "mode", mode.String())
 	driver := cgroups.Driver(kc.CgroupDriver)
 	if driver == "" {
 		driver = cgroups.DriverCgroupfs
 	}
-	if resp, err := rt.RuntimeConfig(ctx); err == nil {
-		if err := cgroups.CheckDriver(string(driver), cgroups.DriverFromCRI(resp.GetLinux().GetCgroupDriver())); err != nil {
-			return nil, err
-		}
+	logger.Info("Detected cgroup hierarchy", "mode", mode.String(), "cgroupDriver", driver)
+	reported, source := runtimeCgroupDriver(ctx, rt)
+	if err := cgroups.CheckDriver(string(driver), reported); err != nil {
+		return nil, err
+	}
+	if reported == "" {
+		logger.V(2).Info("The runtime does not report its cgroup driver; trusting cgroupDriver", "cgroupDriver", driver)
 	} else {
-		logger.V(2).Info("The runtime does not report its cgroup driver; trusting cgroupDriver", "cgroupDriver", driver, "err", err)
+		logger.V(2).Info("The runtime's cgroup driver matches", "cgroupDriver", driver, "source", source)
+	}
+	if err := checkCgroupRoot(kc.CgroupRoot, driver); err != nil {
+		return nil, err
 	}
 	selfCgroup := ""
 	if data, err := os.ReadFile("/proc/self/cgroup"); err == nil {
@@ -75,29 +163,52 @@ func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		logger.Info("cgroupsPerQOS is false: no QoS or pod cgroups; the runtime places containers itself")
 		return s, nil
 	}
-	if driver != cgroups.DriverCgroupfs {
-		return nil, fmt.Errorf("cgroupDriver %q: nodelet manages QoS and pod cgroups only with the cgroupfs driver so far; set cgroupDriver: cgroupfs (and SystemdCgroup = false in containerd), or cgroupsPerQOS: false", driver)
-	}
-	mgr, err := cgroups.NewManager(cgroups.ManagerOptions{
-		Root: cgroupfsRoot, Mode: mode, CgroupRoot: s.root, EnforceNodeAllocatable: kc.EnforceNodeAllocatable,
+	opts := cgroups.ManagerOptions{
+		Driver: driver, Root: cgroupfsRoot, Mode: mode, CgroupRoot: s.root, EnforceNodeAllocatable: kc.EnforceNodeAllocatable,
 		PodPidsLimit: ptr.Deref(kc.PodPidsLimit, -1), CPUCFSQuota: s.resources.CPUCFSQuota, CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
-	})
+	}
+	if driver == cgroups.DriverSystemd {
+		conn, state, err := openSystemd(ctx, dial)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("Connected to systemd for the systemd cgroup driver", "systemState", state)
+		s.systemd, opts.Systemd = conn, conn
+	}
+	mgr, err := cgroups.NewManager(opts)
 	if err != nil {
+		s.Close()
 		return nil, fmt.Errorf("setting up the cgroup manager: %w", err)
 	}
 	allocatable, err := node.ReservedAllocatable(capacity, kc.KubeReserved, kc.SystemReserved)
 	if err != nil {
+		s.Close()
 		return nil, fmt.Errorf("computing what the kubepods cgroup may use: %w", err)
 	}
 	if err := mgr.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
-		return nil, fmt.Errorf("creating the QoS cgroups under %s: %w", s.root.Cgroupfs(), err)
+		s.Close()
+		return nil, fmt.Errorf("creating the QoS cgroups under %s: %w", mgr.FsPath(s.root), err)
 	}
 	s.mgr = mgr
-	logger.Info("QoS cgroups ready", "kubepods", cgroups.KubepodsCgroupName(s.root).Cgroupfs())
+	logger.Info("QoS cgroups ready", "kubepods", mgr.FsPath(cgroups.KubepodsCgroupName(s.root)), "cgroupDriver", driver)
 	if err := enforceReserved(ctx, kc, mgr); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkCgroupRoot: with systemd, cgroupRoot must be the root or a slice, as upstream
+// requires (the QoS slices are named after it).
+func checkCgroupRoot(cgroupRoot string, driver cgroups.Driver) error {
+	if driver != cgroups.DriverSystemd {
+		return nil
+	}
+	r := strings.TrimSuffix(cgroupRoot, "/")
+	if r == "" || strings.HasSuffix(r, ".slice") {
+		return nil
+	}
+	return fmt.Errorf("cgroupRoot %q: with cgroupDriver systemd it must be \"/\" or a systemd slice such as \"kubelet.slice\"", cgroupRoot)
 }
 
 // enforceReserved limits kubeReservedCgroup / systemReservedCgroup to kubeReserved /

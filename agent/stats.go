@@ -20,8 +20,9 @@ func newStatsProvider(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName, r
 		Unified:    cg.resources.CgroupV2,
 	}
 	if cg.mgr != nil {
-		cfg.PodsCgroup = cgroups.KubepodsCgroupName(cg.root).Cgroupfs()
-		cfg.PodCgroup = func(pod *v1.Pod) string { return cgroups.PodCgroupName(cg.root, pod).Cgroupfs() }
+		// Paths in the cgroup filesystem for the driver: nested slices with systemd.
+		cfg.PodsCgroup = cg.mgr.FsPath(cgroups.KubepodsCgroupName(cg.root))
+		cfg.PodCgroup = func(pod *v1.Pod) string { return cg.mgr.FsPath(cgroups.PodCgroupName(cg.root, pod)) }
 	}
 	return stats.New(cfg, rt, activePods, clk)
 }

@@ -17,8 +17,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ManagerOptions configure the cgroupfs-driver QoS manager.
+// ManagerOptions configure the QoS and pod cgroup manager.
 type ManagerOptions struct {
+	// Driver is the cgroup driver (cgroupfs if empty). With systemd, Systemd must be set.
+	Driver Driver
+	// Systemd is systemd's D-Bus unit API, for the systemd driver.
+	Systemd SystemdUnits
 	// Root is where the cgroup filesystems are mounted (DefaultRoot if empty).
 	Root string
 	// Mode is the host layout (DetectMode).
@@ -34,8 +38,10 @@ type ManagerOptions struct {
 	CPUCFSQuotaPeriod time.Duration
 }
 
-// Manager creates and removes the QoS and pod cgroups for the cgroupfs driver by
-// writing the cgroup files itself. (opencontainers/cgroups' managers hard-code
+// Manager creates and removes the QoS and pod cgroups. With the cgroupfs driver it
+// makes the directories and writes the cgroup files itself; with the systemd driver
+// the cgroups are slices that systemd creates (see systemd.go), and the manager then
+// writes the same files into them. (opencontainers/cgroups' managers hard-code
 // /sys/fs/cgroup and find v1 mounts through /proc/self/mountinfo, and only work on
 // a fake tree with their package-global TestMode switch; nodelet uses the library
 // for the shares→weight conversion, so pod cgroups weigh like runc's containers.)
@@ -60,6 +66,17 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	case ModeV1, ModeHybrid, ModeV2:
 	default:
 		return nil, fmt.Errorf("creating cgroup manager: cgroup mode %v is not supported", opts.Mode)
+	}
+	switch opts.Driver {
+	case "":
+		opts.Driver = DriverCgroupfs
+	case DriverCgroupfs:
+	case DriverSystemd:
+		if opts.Systemd == nil {
+			return nil, errors.New("creating cgroup manager: the systemd driver needs a connection to systemd")
+		}
+	default:
+		return nil, fmt.Errorf("creating cgroup manager: cgroup driver %q is not supported", opts.Driver)
 	}
 	return &Manager{opts: opts, removeDir: os.Remove}, nil
 }
@@ -100,11 +117,11 @@ func (m *Manager) UpdateQOSCgroups(ctx context.Context, activePods []*v1.Pod) er
 		}
 	}
 	burstable := MilliCPUToShares(milli)
-	if err := m.set(QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBurstable), ResourceConfig{CPUShares: &burstable}); err != nil {
+	if err := m.update(ctx, QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBurstable), ResourceConfig{CPUShares: &burstable}); err != nil {
 		return err
 	}
 	min := uint64(MinShares)
-	return m.set(QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBestEffort), ResourceConfig{CPUShares: &min})
+	return m.update(ctx, QOSCgroupName(m.opts.CgroupRoot, v1.PodQOSBestEffort), ResourceConfig{CPUShares: &min})
 }
 
 // EnsurePodCgroup creates the pod's cgroup (or updates it) with PodResourceConfig.
@@ -127,6 +144,9 @@ func (m *Manager) RemovePodCgroup(ctx context.Context, pod *v1.Pod) error {
 
 // RemoveCgroup removes one cgroup (a pod cgroup found by ListPodCgroups).
 func (m *Manager) RemoveCgroup(ctx context.Context, name CgroupName) error {
+	if m.opts.Driver == DriverSystemd {
+		return m.removeSlice(ctx, name)
+	}
 	var errs []error
 	for _, dir := range m.paths(name) {
 		if pids := readProcs(dir); len(pids) > 0 {
@@ -140,7 +160,7 @@ func (m *Manager) RemoveCgroup(ctx context.Context, name CgroupName) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(4).Info("Removed cgroup", "cgroup", name.Cgroupfs())
+	klog.FromContext(ctx).V(4).Info("Removed cgroup", "cgroup", m.FsPath(name))
 	return nil
 }
 
@@ -158,7 +178,16 @@ func (m *Manager) ListPodCgroups() (map[types.UID]CgroupName, error) {
 			return nil, fmt.Errorf("listing pod cgroups: %w", err)
 		}
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), podPrefix) {
+			if !e.IsDir() {
+				continue
+			}
+			if m.opts.Driver == DriverSystemd {
+				if uid, ok := podUIDFromSlice(parent, e.Name()); ok {
+					out[uid] = parent.Child(podPrefix + string(uid))
+				}
+				continue
+			}
+			if strings.HasPrefix(e.Name(), podPrefix) {
 				out[types.UID(strings.TrimPrefix(e.Name(), podPrefix))] = parent.Child(e.Name())
 			}
 		}
@@ -166,18 +195,35 @@ func (m *Manager) ListPodCgroups() (map[types.UID]CgroupName, error) {
 	return out, nil
 }
 
-// primaryPath is the directory that stands for the cgroup when checking existence.
-func (m *Manager) primaryPath(name CgroupName) string {
-	if m.opts.Mode == ModeV2 {
-		return filepath.Join(m.opts.Root, name.Cgroupfs())
+// FsPath is where the cgroup lives below a hierarchy's mount point for the manager's
+// driver: "/kubepods/burstable" with cgroupfs, the nested slices
+// "/kubepods.slice/kubepods-burstable.slice" with systemd. Readers of cgroup files
+// (stats) use it.
+func (m *Manager) FsPath(name CgroupName) string { return FsPath(name, m.opts.Driver) }
+
+// FsPath is the cgroup's path below a hierarchy's mount point for driver d.
+func FsPath(name CgroupName, d Driver) string {
+	if d == DriverSystemd && len(name) > 0 {
+		return "/" + name.Systemd()
 	}
-	return filepath.Join(m.opts.Root, "memory", name.Cgroupfs())
+	return name.Cgroupfs()
+}
+
+// primaryPath is the directory that stands for the cgroup when checking existence.
+func (m *Manager) primaryPath(name CgroupName) string { return m.primaryDir(m.FsPath(name)) }
+
+func (m *Manager) primaryDir(fsPath string) string {
+	if m.opts.Mode == ModeV2 {
+		return filepath.Join(m.opts.Root, fsPath)
+	}
+	return filepath.Join(m.opts.Root, "memory", fsPath)
 }
 
 // paths are the cgroup's directories: one per mounted v1 hierarchy, or one on v2.
 func (m *Manager) paths(name CgroupName) []string {
+	fsPath := m.FsPath(name)
 	if m.opts.Mode == ModeV2 {
-		return []string{filepath.Join(m.opts.Root, name.Cgroupfs())}
+		return []string{filepath.Join(m.opts.Root, fsPath)}
 	}
 	var out []string
 	seen := map[string]bool{}
@@ -193,12 +239,19 @@ func (m *Manager) paths(name CgroupName) []string {
 			}
 			seen[real] = true
 		}
-		out = append(out, filepath.Join(base, name.Cgroupfs()))
+		out = append(out, filepath.Join(base, fsPath))
 	}
 	return out
 }
 
 func (m *Manager) ensure(ctx context.Context, name CgroupName, rc ResourceConfig) error {
+	if m.opts.Driver == DriverSystemd {
+		// systemd creates the slice (and knows its limits); the files below then
+		// make the values exact and cover what systemd leaves alone (cpuset on v1).
+		if err := m.ensureSlice(ctx, name, rc); err != nil {
+			return err
+		}
+	}
 	if m.opts.Mode == ModeV2 {
 		if err := m.enableControllers(name); err != nil {
 			return err
@@ -217,7 +270,7 @@ func (m *Manager) ensure(ctx context.Context, name CgroupName, rc ResourceConfig
 	if err := m.set(name, rc); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(4).Info("Ensured cgroup", "cgroup", name.Cgroupfs(), "mode", m.opts.Mode)
+	klog.FromContext(ctx).V(4).Info("Ensured cgroup", "cgroup", m.FsPath(name), "mode", m.opts.Mode, "driver", m.opts.Driver)
 	return nil
 }
 
@@ -226,7 +279,7 @@ func (m *Manager) ensure(ctx context.Context, name CgroupName, rc ResourceConfig
 func (m *Manager) initCpuset(name CgroupName) error {
 	base := filepath.Join(m.opts.Root, "cpuset")
 	for i := 1; i <= len(name); i++ {
-		dir := filepath.Join(base, name[:i].Cgroupfs())
+		dir := filepath.Join(base, m.FsPath(name[:i]))
 		parent := filepath.Dir(dir)
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 			cur, err := os.ReadFile(filepath.Join(dir, f))
@@ -263,7 +316,7 @@ func (m *Manager) enableControllers(name CgroupName) error {
 		return nil
 	}
 	for i := 0; i < len(name); i++ {
-		dir := filepath.Join(m.opts.Root, name[:i].Cgroupfs())
+		dir := filepath.Join(m.opts.Root, m.FsPath(name[:i]))
 		if i > 0 {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("creating cgroup %s: %w", dir, err)
@@ -280,10 +333,24 @@ func (m *Manager) enableControllers(name CgroupName) error {
 	return nil
 }
 
+// update changes the resources of an existing cgroup: with systemd first the slice's
+// unit properties (so systemd does not put back old values), then the files.
+func (m *Manager) update(ctx context.Context, name CgroupName, rc ResourceConfig) error {
+	if m.opts.Driver == DriverSystemd {
+		if err := m.setSliceProperties(ctx, name, rc); err != nil {
+			return err
+		}
+	}
+	return m.set(name, rc)
+}
+
 // set writes rc into the cgroup's files for the host's layout.
-func (m *Manager) set(name CgroupName, rc ResourceConfig) error {
+func (m *Manager) set(name CgroupName, rc ResourceConfig) error { return m.setPath(m.FsPath(name), rc) }
+
+// setPath writes rc into the files of the cgroup at fsPath (see FsPath).
+func (m *Manager) setPath(fsPath string, rc ResourceConfig) error {
 	if m.opts.Mode == ModeV2 {
-		dir := filepath.Join(m.opts.Root, name.Cgroupfs())
+		dir := filepath.Join(m.opts.Root, fsPath)
 		if rc.CPUShares != nil {
 			if err := writeFile(dir, "cpu.weight", strconv.FormatUint(occgroups.ConvertCPUSharesToCgroupV2Value(*rc.CPUShares), 10)); err != nil {
 				return err
@@ -310,7 +377,7 @@ func (m *Manager) set(name CgroupName, rc ResourceConfig) error {
 		}
 		return nil
 	}
-	cg := name.Cgroupfs()
+	cg := fsPath
 	cpu := filepath.Join(m.opts.Root, "cpu", cg)
 	if rc.CPUShares != nil {
 		if err := writeFile(cpu, "cpu.shares", strconv.FormatUint(*rc.CPUShares, 10)); err != nil {

@@ -110,9 +110,14 @@ func PodCgroupName(root CgroupName, pod *v1.Pod) CgroupName {
 	return QOSCgroupName(root, QOSClass(pod)).Child(podPrefix + string(pod.UID))
 }
 
-// CgroupParentForSandbox is the value for PodSandboxConfig.Linux.CgroupParent.
+// CgroupParentForSandbox is the value for PodSandboxConfig.Linux.CgroupParent: the
+// cgroupfs path, or with systemd the pod slice's path of nested slices
+// ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice"), as
+// the upstream kubelet passes it. containerd (SystemdCgroup = true) and CRI-O keep
+// only its last element, the pod's slice unit, and run each container in a scope
+// below it (containerd: runc cgroupsPath "<pod slice>:cri-containerd:<id>").
 func CgroupParentForSandbox(root CgroupName, pod *v1.Pod, driver Driver) string {
-	return PodCgroupName(root, pod).ForDriver(driver)
+	return FsPath(PodCgroupName(root, pod), driver)
 }
 
 // DriverFromCRI maps the runtime's RuntimeConfig answer to a driver name.

@@ -118,13 +118,13 @@ func TestCgroupNames(t *testing.T) {
 		wantSystemd  string
 	}{
 		{"guaranteed", nil, podWith(uid, guaranteedRes), v1.PodQOSGuaranteed,
-			"/kubepods/pod1234-abcd-5678", "kubepods.slice/kubepods-pod1234_abcd_5678.slice"},
+			"/kubepods/pod1234-abcd-5678", "/kubepods.slice/kubepods-pod1234_abcd_5678.slice"},
 		{"burstable", nil, podWith(uid, burstableRes), v1.PodQOSBurstable,
-			"/kubepods/burstable/pod1234-abcd-5678", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd_5678.slice"},
+			"/kubepods/burstable/pod1234-abcd-5678", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd_5678.slice"},
 		{"besteffort", nil, podWith(uid, bestEffortRes), v1.PodQOSBestEffort,
-			"/kubepods/besteffort/pod1234-abcd-5678", "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234_abcd_5678.slice"},
+			"/kubepods/besteffort/pod1234-abcd-5678", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234_abcd_5678.slice"},
 		{"cgroupRoot", CgroupName{"nodelet"}, podWith(uid, burstableRes), v1.PodQOSBurstable,
-			"/nodelet/kubepods/burstable/pod1234-abcd-5678", "nodelet.slice/nodelet-kubepods.slice/nodelet-kubepods-burstable.slice/nodelet-kubepods-burstable-pod1234_abcd_5678.slice"},
+			"/nodelet/kubepods/burstable/pod1234-abcd-5678", "/nodelet.slice/nodelet-kubepods.slice/nodelet-kubepods-burstable.slice/nodelet-kubepods-burstable-pod1234_abcd_5678.slice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

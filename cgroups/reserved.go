@@ -15,18 +15,21 @@ import (
 // cpu shares, pids) and their "-compressible" forms (compressibleOnly: cpu only).
 // The cgroup must exist: nodelet does not create it, as the kubelet does not.
 func (m *Manager) EnforceReservedCgroup(ctx context.Context, cgroupPath string, reserved v1.ResourceList, compressibleOnly bool) error {
+	// The setting is a path in the cgroup filesystem for either driver (e.g.
+	// "/system.slice"), so it is used as it is, never re-rendered as a slice name.
 	name := ParseCgroupRoot(cgroupPath, DriverCgroupfs)
 	if len(name) == 0 {
 		return fmt.Errorf("enforcing reserved resources: cgroup %q must not be the root", cgroupPath)
 	}
-	if !isDir(m.primaryPath(name)) {
+	fsPath := name.Cgroupfs()
+	if !isDir(m.primaryDir(fsPath)) {
 		return fmt.Errorf("enforcing reserved resources: cgroup %q does not exist", cgroupPath)
 	}
 	rc := NodeResourceConfig(reserved)
 	if compressibleOnly {
 		rc.Memory, rc.PidsLimit = nil, nil
 	}
-	if err := m.set(name, rc); err != nil {
+	if err := m.setPath(fsPath, rc); err != nil {
 		return fmt.Errorf("enforcing reserved resources on %s: %w", cgroupPath, err)
 	}
 	klog.FromContext(ctx).Info("Enforced reserved resources", "cgroup", cgroupPath, "compressibleOnly", compressibleOnly)

@@ -1,259 +1,71 @@
 package shutdown
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nodelet/nodelet/internal/dbustest"
 )
 
 // startBus runs a private dbus-daemon for one test and returns its address.
-func startBus(t *testing.T) string {
-	return startRestartableBus(t).addr
-}
-
-type testBus struct {
-	addr, conf string
-	cmd        *exec.Cmd
-	stderr     *bytes.Buffer
-}
-
-func startRestartableBus(t *testing.T) *testBus {
-	t.Helper()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("dbus-daemon is not installed (Debian package dbus-daemon); the logind D-Bus tests need a real bus")
-	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "bus")
-	b := &testBus{conf: filepath.Join(dir, "bus.conf")}
-	// A session-type bus that lets anyone own any name: the fakes own logind's and systemd's.
-	err := os.WriteFile(b.conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+sock+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.start(t)
-	t.Cleanup(func() { b.stop(t) })
-	return b
-}
-
-func (b *testBus) start(t *testing.T) {
-	t.Helper()
-	cmd := exec.Command("dbus-daemon", "--config-file="+b.conf, "--nofork", "--nopidfile", "--print-address=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.stderr = &bytes.Buffer{}
-	cmd.Stderr = b.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting dbus-daemon: %v", err)
-	}
-	b.cmd = cmd
-	// The daemon prints its address once it listens.
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.stop(t)
-		t.Fatalf("reading dbus-daemon's address: %v", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	b.addr = strings.TrimSpace(line)
-}
-
-func (b *testBus) stop(t *testing.T) {
-	if b.cmd == nil {
-		return
-	}
-	_ = b.cmd.Process.Kill()
-	_ = b.cmd.Wait()
-	if t.Failed() {
-		t.Logf("dbus-daemon stderr:\n%s", b.stderr.String())
-	}
-	b.cmd = nil
-}
+func startBus(t *testing.T) string { return dbustest.NewBus(t).Addr }
 
 func connect(t *testing.T, addr string) *dbus.Conn {
 	t.Helper()
-	conn, err := dbus.Connect(addr)
+	conn, err := dbustest.Connect(addr)
 	if err != nil {
-		t.Fatalf("connecting to the test bus: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
 
-// fakeLogind exports the parts of org.freedesktop.login1 nodelet uses. Each Inhibit returns
-// the write end of a pipe; the fake reads the other end and so sees the lock's release.
-type fakeLogind struct {
-	conn *dbus.Conn
-
-	mu       sync.Mutex
-	delay    time.Duration
-	inhibits [][]string
-	locks    []*fakeLock
-}
-
-type fakeLock struct {
-	w      *os.File      // the fake's own copy, closed by dropOwnCopies
-	closed chan struct{} // closed when every copy of the write end is closed
-}
-
-type logindObj struct{ f *fakeLogind }
-
-func (o logindObj) Inhibit(what, who, why, mode string) (dbus.UnixFD, *dbus.Error) {
-	r, w, err := os.Pipe()
+func startFakeLogind(t *testing.T, addr string, delay time.Duration) *dbustest.Logind {
+	t.Helper()
+	l, err := dbustest.StartLogind(addr, delay)
 	if err != nil {
-		return 0, dbus.MakeFailedError(err)
+		t.Fatal(err)
 	}
-	l := &fakeLock{w: w, closed: make(chan struct{})}
-	go func() {
-		defer r.Close()
-		_, _ = io.Copy(io.Discard, r)
-		close(l.closed)
-	}()
-	o.f.mu.Lock()
-	defer o.f.mu.Unlock() // orders Fd before dropOwnCopies' Close for the race detector
-	o.f.inhibits = append(o.f.inhibits, []string{what, who, why, mode})
-	o.f.locks = append(o.f.locks, l)
-	return dbus.UnixFD(w.Fd()), nil
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
-type propsObj struct{ f *fakeLogind }
-
-func (o propsObj) Get(iface, name string) (dbus.Variant, *dbus.Error) {
-	if iface != logindIface || name != "InhibitDelayMaxUSec" {
-		return dbus.Variant{}, dbus.NewError("org.freedesktop.DBus.Error.UnknownProperty", []any{name})
-	}
-	o.f.mu.Lock()
-	defer o.f.mu.Unlock()
-	return dbus.MakeVariant(uint64(o.f.delay / time.Microsecond)), nil
-}
-
-func startFakeLogind(t *testing.T, addr string, delay time.Duration) *fakeLogind {
+func startFakeSystemd(t *testing.T, addr string, opts dbustest.SystemdOptions) *dbustest.Systemd {
 	t.Helper()
-	f := &fakeLogind{conn: connect(t, addr), delay: delay}
-	if err := f.conn.Export(logindObj{f}, logindPath, logindIface); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.conn.Export(propsObj{f}, logindPath, "org.freedesktop.DBus.Properties"); err != nil {
-		t.Fatal(err)
-	}
-	reply, err := f.conn.RequestName(logindService, dbus.NameFlagDoNotQueue)
-	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("fake logind could not own %s: %v %v", logindService, reply, err)
-	}
-	t.Cleanup(f.dropOwnCopies)
-	return f
-}
-
-func (f *fakeLogind) setDelay(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.delay = d
-}
-
-func (f *fakeLogind) calls() [][]string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([][]string(nil), f.inhibits...)
-}
-
-func (f *fakeLogind) lock(i int) *fakeLock {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.locks[i]
-}
-
-// dropOwnCopies closes the fake's copies of the handed-out fds, so that from then on a lock
-// is closed exactly when nodelet closes it. Call it once nodelet holds the lock.
-func (f *fakeLogind) dropOwnCopies() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, l := range f.locks {
-		_ = l.w.Close()
-	}
-}
-
-func (f *fakeLogind) prepareForShutdown(t *testing.T, active bool) {
-	t.Helper()
-	if err := f.conn.Emit(logindPath, logindIface+".PrepareForShutdown", active); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// fakeSystemd answers KillUnit(systemd-logind.service, all, SIGHUP) the way logind reloads:
-// by applying the drop-in's InhibitDelayMaxSec, unless ignore is set.
-type fakeSystemd struct {
-	dropIn string
-	logind *fakeLogind
-	ignore bool
-
-	mu    sync.Mutex
-	kills [][]any
-}
-
-func (s *fakeSystemd) KillUnit(unit, whom string, signal int32) *dbus.Error {
-	s.mu.Lock()
-	s.kills = append(s.kills, []any{unit, whom, signal})
-	s.mu.Unlock()
-	if s.ignore || unit != "systemd-logind.service" || signal != 1 {
-		return nil
-	}
-	b, err := os.ReadFile(s.dropIn)
+	s, err := dbustest.StartSystemd(addr, opts)
 	if err != nil {
-		return dbus.MakeFailedError(err)
-	}
-	m := regexp.MustCompile(`(?ms)^\[Login\]$.*^InhibitDelayMaxSec=(\d+)$`).FindSubmatch(b)
-	if m == nil {
-		return dbus.MakeFailedError(fmt.Errorf("no [Login] InhibitDelayMaxSec in %q", b))
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	s.logind.setDelay(time.Duration(n) * time.Second)
-	return nil
-}
-
-func (s *fakeSystemd) calls() [][]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([][]any(nil), s.kills...)
-}
-
-func startFakeSystemd(t *testing.T, addr string, s *fakeSystemd) {
-	t.Helper()
-	conn := connect(t, addr)
-	if err := conn.Export(s, systemdPath, systemdIface); err != nil {
 		t.Fatal(err)
 	}
-	if reply, err := conn.RequestName(systemdService, dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("fake systemd could not own %s: %v %v", systemdService, reply, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func prepareForShutdown(t *testing.T, l *dbustest.Logind, active bool) {
+	t.Helper()
+	if err := l.PrepareForShutdown(active); err != nil {
+		t.Fatal(err)
 	}
 }
+
+// inhibitCalls renders the fake logind's Inhibit calls as what|who|why|mode.
+func inhibitCalls(l *dbustest.Logind) []string {
+	var out []string
+	for _, in := range l.Inhibits() {
+		out = append(out, strings.Join([]string{in.What, in.Who, in.Why, in.Mode}, "|"))
+	}
+	return out
+}
+
+var logindReload = dbustest.KillUnitCall{Unit: "systemd-logind.service", Whom: "all", Signal: 1}
 
 func newTestInhibitor(t *testing.T, addr, dropIn string) *Inhibitor {
 	t.Helper()
@@ -295,8 +107,7 @@ func TestInhibitorRaisesDelayThroughDropIn(t *testing.T) {
 	addr := startBus(t)
 	dropIn := filepath.Join(t.TempDir(), "logind.conf.d", "99-nodelet.conf")
 	logind := startFakeLogind(t, addr, 5*time.Second)
-	sd := &fakeSystemd{dropIn: dropIn, logind: logind}
-	startFakeSystemd(t, addr, sd)
+	sd := startFakeSystemd(t, addr, dbustest.SystemdOptions{Logind: logind, DropIn: dropIn})
 	inh := newTestInhibitor(t, addr, dropIn)
 	ctx := context.Background()
 
@@ -318,7 +129,7 @@ func TestInhibitorRaisesDelayThroughDropIn(t *testing.T) {
 	if !strings.Contains(string(b), "[Login]\nInhibitDelayMaxSec=30\n") {
 		t.Errorf("drop-in = %q, want [Login] InhibitDelayMaxSec=30", b)
 	}
-	if k := sd.calls(); len(k) != 1 || fmt.Sprint(k[0]) != "[systemd-logind.service all 1]" {
+	if k := sd.KillUnits(); len(k) != 1 || k[0] != logindReload {
 		t.Errorf("KillUnit calls = %v, want one SIGHUP to systemd-logind.service", k)
 	}
 
@@ -333,7 +144,7 @@ func TestInhibitorRaisesDelayThroughDropIn(t *testing.T) {
 	if _, err := os.Stat(dropIn); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("drop-in written although the delay was enough: %v", err)
 	}
-	if n := len(sd.calls()); n != 1 {
+	if n := len(sd.KillUnits()); n != 1 {
 		t.Errorf("KillUnit called %d times, want still 1", n)
 	}
 }
@@ -353,9 +164,10 @@ func TestInhibitorReportsDelayStillTooSmall(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "10-early.conf"), []byte("[Login]\nInhibitDelayMaxSec=1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logind := startFakeLogind(t, addr, 5*time.Second)
-	sd := &fakeSystemd{dropIn: dropIn, logind: logind, ignore: true}
-	startFakeSystemd(t, addr, sd)
+	startFakeLogind(t, addr, 5*time.Second)
+	// Without Logind in its options, the fake systemd only records KillUnit: a logind
+	// that does not take the reload.
+	sd := startFakeSystemd(t, addr, dbustest.SystemdOptions{DropIn: dropIn})
 	reg := prometheus.NewRegistry()
 	inh := newTestInhibitorWith(t, InhibitorOptions{BusAddress: addr, DropInPath: dropIn, Registerer: reg})
 
@@ -378,8 +190,8 @@ func TestInhibitorReportsDelayStillTooSmall(t *testing.T) {
 	if len(c.Overrides) != 1 || c.Overrides[0] != override {
 		t.Errorf("Overrides = %v, want [%s]", c.Overrides, override)
 	}
-	if len(sd.calls()) != 1 {
-		t.Errorf("KillUnit calls = %v, want 1", sd.calls())
+	if len(sd.KillUnits()) != 1 {
+		t.Errorf("KillUnit calls = %v, want 1", sd.KillUnits())
 	}
 }
 
@@ -398,22 +210,22 @@ func TestInhibitorLockTakenAndReleased(t *testing.T) {
 	if err := inh.Acquire(ctx); err != nil { // held already: no second lock
 		t.Fatal(err)
 	}
-	calls := logind.calls()
-	if len(calls) != 1 || strings.Join(calls[0], "|") != "shutdown|nodelet|nodelet needs time to stop pods gracefully|delay" {
+	calls := inhibitCalls(logind)
+	if len(calls) != 1 || calls[0] != "shutdown|nodelet|nodelet needs time to stop pods gracefully|delay" {
 		t.Fatalf("Inhibit calls = %q, want one delay lock for shutdown", calls)
 	}
 	if !inh.Held() || testutil.ToFloat64(inh.held) != 1 {
 		t.Fatal("Held() = false (or the gauge 0) after Acquire")
 	}
-	logind.dropOwnCopies()
-	lock := logind.lock(0)
+	logind.DropOwnCopies()
+	lock := logind.Inhibits()[0]
 	select {
-	case <-lock.closed:
+	case <-lock.Closed():
 		t.Fatal("the lock's fd was closed while nodelet holds it")
 	default:
 	}
 	inh.Release()
-	waitClosed(t, "the lock's fd to be closed by Release", lock.closed)
+	waitClosed(t, "the lock's fd to be closed by Release", lock.Closed())
 	if inh.Held() || testutil.ToFloat64(inh.held) != 0 {
 		t.Fatal("Held() (or the gauge 1) after Release")
 	}
@@ -433,15 +245,15 @@ func TestInhibitorDeliversPrepareForShutdownFromLogindOnly(t *testing.T) {
 	if err := spoofer.BusObject().Call("org.freedesktop.DBus.Peer.Ping", 0).Err; err != nil {
 		t.Fatal(err)
 	}
-	logind.prepareForShutdown(t, false)
+	prepareForShutdown(t, logind, false)
 	if got := nextEvent(t, inh); got != false {
 		t.Fatal("delivered a PrepareForShutdown(true) that logind did not send")
 	}
-	logind.prepareForShutdown(t, true)
+	prepareForShutdown(t, logind, true)
 	if got := nextEvent(t, inh); got != true {
 		t.Fatal("PrepareForShutdown(true) delivered as false")
 	}
-	logind.prepareForShutdown(t, false)
+	prepareForShutdown(t, logind, false)
 	if got := nextEvent(t, inh); got != false {
 		t.Fatal("PrepareForShutdown(false) delivered as true")
 	}
@@ -454,67 +266,71 @@ func TestInhibitorRetakesLockWhenLogindRestarts(t *testing.T) {
 	if err := inh.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	first.dropOwnCopies()
+	first.DropOwnCopies()
 
 	// logind exits: its name goes away, and nodelet drops the dead lock.
-	if err := first.conn.Close(); err != nil {
+	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, "nodelet to close the old logind's lock", first.lock(0).closed)
+	waitClosed(t, "nodelet to close the old logind's lock", first.Inhibits()[0].Closed())
 
 	// A new logind takes the name: nodelet takes the lock again from it.
 	second := startFakeLogind(t, addr, 30*time.Second)
-	waitFor(t, "an Inhibit call to the new logind", func() bool { return len(second.calls()) == 1 })
+	waitFor(t, "an Inhibit call to the new logind", func() bool { return len(second.Inhibits()) == 1 })
 	waitFor(t, "the lock to be held again", inh.Held)
-	second.dropOwnCopies()
+	second.DropOwnCopies()
 	select {
-	case <-second.lock(0).closed:
+	case <-second.Inhibits()[0].Closed():
 		t.Fatal("the new lock is already closed")
 	default:
 	}
 	// Signals from the new logind are believed.
-	second.prepareForShutdown(t, true)
+	prepareForShutdown(t, second, true)
 	if !nextEvent(t, inh) {
 		t.Fatal("PrepareForShutdown(true) from the new logind delivered as false")
 	}
 	inh.Release()
-	waitClosed(t, "the new lock to be closed by Release", second.lock(0).closed)
+	waitClosed(t, "the new lock to be closed by Release", second.Inhibits()[0].Closed())
 
 	// After Release, a restart does not take the lock again.
-	if err := second.conn.Close(); err != nil {
+	if err := second.Close(); err != nil {
 		t.Fatal(err)
 	}
 	third := startFakeLogind(t, addr, 30*time.Second)
 	// nodelet handles signals in order: once the third logind's PrepareForShutdown is through,
 	// so is the NameOwnerChanged that announced it.
-	third.prepareForShutdown(t, true)
+	prepareForShutdown(t, third, true)
 	if !nextEvent(t, inh) {
 		t.Fatal("PrepareForShutdown(true) from the third logind delivered as false")
 	}
-	if n := len(third.calls()); n != 0 || inh.Held() {
+	if n := len(third.Inhibits()); n != 0 || inh.Held() {
 		t.Fatalf("lock taken again after Release: %d Inhibit calls, held %v", n, inh.Held())
 	}
 }
 
 func TestInhibitorReconnectsWhenTheBusRestarts(t *testing.T) {
-	bus := startRestartableBus(t)
-	startFakeLogind(t, bus.addr, 30*time.Second)
-	inh := newTestInhibitor(t, bus.addr, filepath.Join(t.TempDir(), "99-nodelet.conf"))
+	bus := dbustest.NewBus(t)
+	startFakeLogind(t, bus.Addr, 30*time.Second)
+	inh := newTestInhibitor(t, bus.Addr, filepath.Join(t.TempDir(), "99-nodelet.conf"))
 	if err := inh.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
-	bus.stop(t)
+	if err := bus.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the lock to be dropped with the bus", func() bool { return !inh.Held() })
-	bus.start(t) // same socket path
-	logind := startFakeLogind(t, bus.addr, 30*time.Second)
+	if err := bus.Start(); err != nil { // same socket path
+		t.Fatal(err)
+	}
+	logind := startFakeLogind(t, bus.Addr, 30*time.Second)
 	// nodelet redials every second, then finds logind (already there, or arriving) and
 	// takes the lock again.
 	waitFor(t, "the lock to be taken on the new bus", inh.Held)
-	if n := len(logind.calls()); n != 1 {
+	if n := len(logind.Inhibits()); n != 1 {
 		t.Fatalf("Inhibit calls on the new bus = %d, want 1", n)
 	}
-	logind.prepareForShutdown(t, true)
+	prepareForShutdown(t, logind, true)
 	if !nextEvent(t, inh) {
 		t.Fatal("PrepareForShutdown(true) after reconnecting delivered as false")
 	}
@@ -546,7 +362,7 @@ func TestInhibitorWithoutLogind(t *testing.T) {
 	// logind arriving later gets asked for the lock Acquire wanted.
 	logind := startFakeLogind(t, addr, 30*time.Second)
 	waitFor(t, "the lock once logind appears", inh.Held)
-	if n := len(logind.calls()); n != 1 {
+	if n := len(logind.Inhibits()); n != 1 {
 		t.Errorf("Inhibit calls = %d, want 1", n)
 	}
 }

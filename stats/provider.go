@@ -43,10 +43,11 @@ type Config struct {
 	// it is cgroup v2.
 	CgroupRoot string
 	Unified    bool
-	// PodsCgroup is the cgroupfs path of the pods cgroup ("/kubepods"), "" when there
-	// is none (cgroupsPerQOS false).
+	// PodsCgroup is the pods cgroup's path in the cgroup filesystem ("/kubepods", or
+	// "/kubepods.slice" with the systemd driver), "" when there is none (cgroupsPerQOS
+	// false).
 	PodsCgroup string
-	// PodCgroup returns a pod's cgroupfs path, or "" when unknown.
+	// PodCgroup returns a pod's path in the cgroup filesystem, or "" when unknown.
 	PodCgroup func(pod *v1.Pod) string
 }
 

@@ -21,8 +21,8 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/dbustest"
 	"github.com/nodelet/nodelet/test/e2e/framework"
-	"github.com/nodelet/nodelet/test/e2e/logind"
 )
 
 // TestGracefulNodeShutdown drives nodelet's graceful node shutdown through a fake logind on
@@ -33,7 +33,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
 	ns := f.NewNamespace()
-	bus := logind.Start(t, 5*time.Second)
+	bus := dbustest.Start(t, 5*time.Second)
 
 	const groupGrace = 8
 	groups := []kubeletconfigv1beta1.ShutdownGracePeriodByPodPriority{
@@ -75,7 +75,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	if !strings.Contains(string(b), "[Login]\nInhibitDelayMaxSec=24\n") {
 		t.Errorf("drop-in %s = %q, want [Login] InhibitDelayMaxSec=24", bus.DropIn, b)
 	}
-	if k := bus.Systemd.KillUnits(); len(k) != 1 || k[0] != (logind.KillUnitCall{Unit: "systemd-logind.service", Whom: "all", Signal: 1}) {
+	if k := bus.Systemd.KillUnits(); len(k) != 1 || k[0] != (dbustest.KillUnitCall{Unit: "systemd-logind.service", Whom: "all", Signal: 1}) {
 		t.Errorf("KillUnit calls = %+v, want one SIGHUP to systemd-logind.service", k)
 	}
 	if d := bus.Logind.Delay(); d != total {
@@ -196,9 +196,9 @@ func TestGracefulNodeShutdown(t *testing.T) {
 
 // waitLockHeld waits for the want-th Inhibit call, checks it is a delay lock for shutdown
 // held by nodelet's process and drops the fake's own copy so that its closing is nodelet's.
-func waitLockHeld(t *testing.T, f *framework.Framework, bus *logind.Env, n *framework.Nodelet, want int) *logind.Inhibit {
+func waitLockHeld(t *testing.T, f *framework.Framework, bus *dbustest.Env, n *framework.Nodelet, want int) *dbustest.Inhibit {
 	t.Helper()
-	var in *logind.Inhibit
+	var in *dbustest.Inhibit
 	err := framework.WaitFor(context.Background(), 30*time.Second, fmt.Sprintf("Inhibit call %d, its fd held by nodelet", want), func(context.Context) (bool, error) {
 		ins := bus.Logind.Inhibits()
 		if len(ins) < want {

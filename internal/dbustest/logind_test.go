@@ -1,4 +1,4 @@
-package logind
+package dbustest_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/dbustest"
 	"github.com/nodelet/nodelet/shutdown"
 )
 
 // The fakes driven by nodelet's own D-Bus client: the delay raised through the drop-in,
 // the lock seen held and released, the signal delivered as logind's.
 func TestFakesWithNodeletInhibitor(t *testing.T) {
-	e := Start(t, 5*time.Second)
+	e := dbustest.Start(t, 5*time.Second)
 	inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{BusAddress: e.Addr(), DropInPath: e.DropIn, ReloadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestFakesWithNodeletInhibitor(t *testing.T) {
 	if !c.OK() || c.Before != 5*time.Second || c.After != 24*time.Second || !c.WroteDropIn {
 		t.Fatalf("EnsureInhibitDelay = %+v, want 5s raised to 24s", c)
 	}
-	if k := e.Systemd.KillUnits(); len(k) != 1 || k[0] != (KillUnitCall{"systemd-logind.service", "all", 1}) {
+	if k := e.Systemd.KillUnits(); len(k) != 1 || k[0] != (dbustest.KillUnitCall{"systemd-logind.service", "all", 1}) {
 		t.Errorf("KillUnit calls = %v, want one SIGHUP to systemd-logind.service", k)
 	}
 

@@ -185,8 +185,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 	defer cg.Close()
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
+	var qos *qosCgroups
+	var loop *syncloop.Loop
 	if cg.mgr != nil {
-		podCgroups, cgroupCleaner = cg.mgr, cg.mgr
+		qos = &qosCgroups{mgr: cg.mgr, activePods: func() []*v1.Pod { return loop.ActivePods() }}
+		podCgroups, cgroupCleaner = qos, cg.mgr
 	}
 
 	var kubeGetter volumes.KubeGetter
@@ -252,7 +255,6 @@ func Run(ctx context.Context, opts *config.Options) error {
 		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
 	}
 
-	var loop *syncloop.Loop
 	statusMgr := status.NewManager(client, pods, clk,
 		status.WithDeleteWhenReclaimed(func(p *v1.Pod) bool { return loop != nil && loop.CanDeletePod(p) }),
 		status.WithMetrics(reg))
@@ -269,6 +271,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }, evictGate.admit},
 	})
+	if qos != nil {
+		goRun(func() { qos.run(ctx, clk) })
+	}
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
 	if err != nil {
 		return err

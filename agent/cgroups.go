@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
@@ -243,4 +245,53 @@ func (s *podCgroupSetup) cgroupParent(pod *v1.Pod) string {
 		return ""
 	}
 	return cgroups.CgroupParentForSandbox(s.root, pod, s.driver)
+}
+
+// qosUpdateInterval is how often the QoS cgroups' cpu shares follow the active pods,
+// as upstream's periodic QoS update.
+const qosUpdateInterval = time.Minute
+
+// qosCgroups keeps the burstable QoS cgroup's cpu shares at the sum of the Burstable
+// pods' cpu requests (besteffort at the minimum), so Burstable pods as a whole weigh
+// what they asked for against Guaranteed ones.
+type qosCgroups struct {
+	mgr        *cgroups.Manager
+	activePods func() []*v1.Pod
+}
+
+// EnsurePodCgroup updates the QoS cgroups before a pod's cgroup is first made, as
+// upstream does, so a new Burstable pod's share is there when it starts.
+func (q *qosCgroups) EnsurePodCgroup(ctx context.Context, pod *v1.Pod) error {
+	if !q.mgr.PodCgroupExists(pod) {
+		q.update(ctx, pod)
+	}
+	return q.mgr.EnsurePodCgroup(ctx, pod)
+}
+
+// update sets the QoS cgroups from the active pods plus extra (a pod about to start
+// that may not be counted as active yet). A failure is logged: the next update retries.
+func (q *qosCgroups) update(ctx context.Context, extra ...*v1.Pod) {
+	pods := q.activePods()
+	for _, e := range extra {
+		if !slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.UID == e.UID }) {
+			pods = append(pods, e)
+		}
+	}
+	if err := q.mgr.UpdateQOSCgroups(ctx, pods); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to update the QoS cgroups")
+	}
+}
+
+// run updates the QoS cgroups every qosUpdateInterval until ctx ends.
+func (q *qosCgroups) run(ctx context.Context, clk clock.WithTicker) {
+	t := clk.NewTicker(qosUpdateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			q.update(ctx)
+		}
+	}
 }

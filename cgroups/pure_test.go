@@ -307,25 +307,6 @@ func TestCheckSwap(t *testing.T) {
 	}
 }
 
-func TestMeminfo(t *testing.T) {
-	mi := "MemTotal:       24576000 kB\nMemFree:  1 kB\nSwapTotal:       1048572 kB\nSwapFree: 1048572 kB\n"
-	if got, err := SwapCapacity(mi); err != nil || got != 1048572*1024 {
-		t.Errorf("SwapCapacity = %d, %v", got, err)
-	}
-	if got, err := MemoryCapacity(mi); err != nil || got != 24576000*1024 {
-		t.Errorf("MemoryCapacity = %d, %v", got, err)
-	}
-	if got, err := SwapCapacity("MemTotal: 1 kB\nSwapTotal:       0 kB\n"); err != nil || got != 0 {
-		t.Errorf("no swap: %d, %v", got, err)
-	}
-	if _, err := SwapCapacity("MemTotal: 1 kB\n"); err == nil {
-		t.Error("missing SwapTotal: want error")
-	}
-	if _, err := SwapCapacity("SwapTotal: x kB\n"); err == nil {
-		t.Error("garbage SwapTotal: want error")
-	}
-}
-
 func TestSelfCgroupV2(t *testing.T) {
 	for in, want := range map[string]string{
 		"0::/user.slice/session-1.scope\n":                             "/user.slice/session-1.scope",

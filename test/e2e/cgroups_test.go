@@ -90,6 +90,10 @@ func TestQoSCgroupsAndLimits(t *testing.T) {
 	if v := readCgroup(t, filepath.Join(cpu, "kubepods", "besteffort", "cpu.shares")); v != "2" {
 		t.Errorf("besteffort QoS cgroup cpu.shares = %s, want 2", v)
 	}
+	// The burstable QoS cgroup weighs what its pods asked for: one Burstable pod of 100m.
+	if v := readCgroup(t, filepath.Join(cpu, "kubepods", "burstable", "cpu.shares")); v != "102" {
+		t.Errorf("burstable QoS cgroup cpu.shares = %s, want 102 (the Burstable pods' 100m)", v)
+	}
 	// The container cgroups sit inside the pod cgroups, with the container limits.
 	for name, dir := range podDir {
 		cs, err := f.CRI.PodContainers(ctx, string(got[name].UID))

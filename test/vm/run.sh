@@ -11,6 +11,10 @@
 #   VM_MEM_MB (2048), VM_SWAP_MB (512), VM_SMP (2), VM_TIMEOUT (480)
 #   VM_SCENARIOS ("failswapon limitedswap noswap"): which guest scenarios run, in order
 #   VM_CGROUP_DRIVER (cgroupfs): nodelet's cgroupDriver and containerd's SystemdCgroup
+#   VM_API (auto): 1 = run etcd + kube-apiserver on the host's loopback (from RIG_BIN_DIR, or the
+#     rig's cache) and give the guest the pods of guest/api-pods through it; 0 = standalone only
+#     (every pod static). auto = 1 when the binaries are there.
+#   VM_API_PORT (26443), VM_ETCD_PORT (23990)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -59,6 +63,30 @@ log "building nodelet, rigcri, pause, mkimage"
 "$VM_DIR/mkimage" -kind pause -bin "$VM_DIR/in/pause" -name nodelet.local/pause:latest -o "$VM_DIR/in/images/pause.tar"
 cp "$HERE/guest/scenario.sh" "$VM_DIR/in/scenario.sh"
 cp -r "$HERE/guest/manifests" "$VM_DIR/in/manifests"
+cp -r "$HERE/guest/api-pods" "$VM_DIR/in/api-pods"
+# API pods: through a kube-apiserver on the host when there is one, else static pods too (which
+# nodelet, as the kubelet, treats as critical: they never get swap).
+VM_API=${VM_API:-auto}
+if [[ "$VM_API" != 0 ]]; then
+	if [[ -z "${RIG_BIN_DIR:-}" ]]; then
+		RIG_BIN_DIR=$(dirname "$(ls -d /var/cache/nodelet-rig/v*/bin/kube-apiserver 2>/dev/null | sort -V | tail -1)")
+	fi
+	if [[ -x "$RIG_BIN_DIR/kube-apiserver" && -x "$RIG_BIN_DIR/etcd" && -x "$RIG_BIN_DIR/kubectl" ]]; then
+		VM_API=1
+	elif [[ "$VM_API" == 1 ]]; then
+		log "VM_API=1 but no kube-apiserver/etcd/kubectl in RIG_BIN_DIR=${RIG_BIN_DIR:-} (run test/rig/build-bins.sh)"
+		exit 1
+	else
+		log "no kube-apiserver binaries (RIG_BIN_DIR=${RIG_BIN_DIR:-}): standalone only, every pod static"
+		VM_API=0
+	fi
+fi
+n_static=$(ls "$HERE"/guest/manifests/*.yaml | wc -l)
+n_api=$(ls "$HERE"/guest/api-pods/*.yaml | wc -l)
+echo $((n_static + n_api)) >"$VM_DIR/in/expected-containers"
+if [[ "$VM_API" == 0 ]]; then
+	cp "$HERE"/guest/api-pods/*.yaml "$VM_DIR/in/manifests/"
+fi
 cat >"$VM_DIR/in/params.env" <<ENV
 SCENARIOS="$VM_SCENARIOS"
 CGROUP_DRIVER=$VM_CGROUP_DRIVER
@@ -68,6 +96,20 @@ echo "host_build $(since "$t")" >>"$TIMINGS"
 # Swap: a raw disk (a swap file on the guest's tmpfs or 9p would not do); mkswap in the guest.
 rm -f "$VM_DIR/swap.img"
 truncate -s "${VM_SWAP_MB}M" "$VM_DIR/swap.img"
+
+cleanup() { if [[ "$VM_API" == 1 ]]; then VM_DIR=$VM_DIR bash "$HERE/apiserver.sh" stop || true; fi; }
+trap cleanup EXIT
+nic=(-nic none)
+if [[ "$VM_API" == 1 ]]; then
+	t=$(date +%s.%N)
+	VM_DIR=$VM_DIR RIG_BIN_DIR=$RIG_BIN_DIR bash "$HERE/apiserver.sh" start
+	VM_API_PORT=$(cat "$VM_DIR/api/port")
+	cp "$VM_DIR/api/guest.kubeconfig" "$VM_DIR/in/kubeconfig"
+	# The guest reaches the apiserver on 10.0.2.100:6443 only: user networking with restrict=on
+	# (no route out), one guestfwd to the host's loopback.
+	nic=(-nic "user,model=virtio-net-pci,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:socat - TCP:127.0.0.1:$VM_API_PORT")
+	echo "apiserver_start $(since "$t")" >>"$TIMINGS"
+fi
 
 case $VM_ACCEL in
 tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
@@ -88,7 +130,7 @@ timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
 	-virtfs local,path="$VM_DIR",mount_tag=vmshare,security_model=none,multidevs=remap \
 	-drive file="$VM_DIR/swap.img",if=virtio,format=raw \
-	-nic none
+	"${nic[@]}"
 rc=$?
 set -e
 echo "qemu_total $(since "$t")" >>"$TIMINGS"

@@ -184,8 +184,10 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
+	var qosUpdater *cgroups.QOSUpdater // updates the QoS cgroups as pod cgroups are made
 	if cg.mgr != nil {
-		podCgroups, cgroupCleaner = cg.mgr, cg.mgr
+		qosUpdater = &cgroups.QOSUpdater{Manager: cg.mgr}
+		podCgroups, cgroupCleaner = qosUpdater, cg.mgr
 	}
 
 	var kubeGetter volumes.KubeGetter
@@ -268,6 +270,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }, evictGate.admit},
 	})
+	if qosUpdater != nil {
+		// As the kubelet's QoS container manager: the active pods' requests, once a minute.
+		qosUpdater.SetActivePods(loop.ActivePods)
+		goRun(func() { qosUpdater.Run(ctx, time.Minute) })
+	}
 	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
 	if err != nil {
 		return err

@@ -115,7 +115,7 @@ if [[ " $SCENARIOS " == *" failswapon "* ]]; then
 	timeout 120 "$IN/nodelet" --config="$ST/failswapon.yaml" "${nodelet_args[@]}" >"$OUT/logs/failswapon.log" 2>&1
 	rc=$?
 	res "failswapon exit $rc"
-	msg=$(grep -m1 'swap is not supported' "$OUT/logs/failswapon.log")
+	msg=$(grep -m1 'is not supported, please disable swap' "$OUT/logs/failswapon.log")
 	res "failswapon message $msg"
 	say "failswapon: nodelet with failSwapOn unset (true) and swap on exited $rc:"
 	say "  $msg"

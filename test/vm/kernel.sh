@@ -26,7 +26,9 @@ if [[ -f "$dir/.done" ]]; then
 	exit 0
 fi
 log "downloading $pkg ($debver)"
-tmp=$(mktemp -d "$VM_CACHE.dl.XXXXXX" 2>/dev/null || { mkdir -p "$VM_CACHE" && mktemp -d "$VM_CACHE/dl.XXXXXX"; })
+mkdir -p "$VM_CACHE"
+tmp=$(mktemp -d "$VM_CACHE/dl.XXXXXX")
+chmod 755 "$tmp" # apt-get download drops privileges to _apt when it can write there
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && apt-get download "$pkg=$debver" >&2) || {
 	apt-get update -q >&2
@@ -36,6 +38,7 @@ rm -rf "$dir"
 mkdir -p "$dir"
 dpkg-deb -x "$tmp"/*.deb "$dir"
 echo "$kver" >"$dir/kver"
+depmod -b "$dir" "$kver" # the package has no modules.dep (made at install time)
 [[ -f "$dir/boot/vmlinuz-$kver" ]] || { log "no vmlinuz-$kver in the package"; exit 1; }
 cfg=$dir/boot/config-$kver
 for opt in VIRTIO_PCI VIRTIO_BLK NET_9P NET_9P_VIRTIO 9P_FS OVERLAY_FS NETFS_SUPPORT CGROUPS MEMCG SWAP; do

@@ -138,7 +138,7 @@ t=$(date +%s.%N)
 ) &
 watcher=$!
 set +e
-timeout --signal=KILL "$VM_TIMEOUT" qemu-system-x86_64 \
+timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 \
 	-nodefaults -no-user-config -no-reboot -display none \
 	"${accel[@]}" -smp "$VM_SMP" -m "$VM_MEM_MB" \
 	-kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$VM_DIR/initramfs.gz" -append "$cmdline" \
@@ -153,7 +153,7 @@ sleep 1.5
 kill "$watcher" 2>/dev/null || true
 echo "qemu_total $(since "$t")" >>"$TIMINGS"
 echo "host_total $(since "$T0")" >>"$TIMINGS"
-if ((rc == 137)); then
+if ((rc == 124 || rc == 137)); then
 	log "qemu killed after ${VM_TIMEOUT}s (guest did not power off); console tail:"
 	tail -n 40 "$console" >&2 || true
 	exit 1

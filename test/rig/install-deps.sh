@@ -26,6 +26,9 @@ PKGS=(
 	apache2-utils               # htpasswd -B: the registry's bcrypt htpasswd file
 )
 
+# Extra packages named on the command line are installed the same way (test/vm's list).
+PKGS+=("$@")
+
 log() { echo "[install-deps $(date -u +%H:%M:%S)] $*" >&2; }
 
 if [[ $(id -u) != 0 ]]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh: the Debian 12 packages the VM test needs on the host (the guest runs the
-# host's own binaries: its / is the host's, read-only). Idempotent; skips apt when all are
-# installed. The kernel is not installed: kernel.sh downloads and unpacks it into a cache.
+# host's own binaries: its / is the host's, read-only), installed by the rig's installer. The
+# kernel is not installed: kernel.sh downloads and unpacks it into a cache.
 set -euo pipefail
 PKGS=(
 	qemu-system-x86     # 7.2: qemu-system-x86_64 (TCG; KVM does not boot on the CI machine)
@@ -14,27 +14,5 @@ PKGS=(
 	iproute2 socat      # guest network to the host's kube-apiserver (qemu guestfwd runs socat)
 	openssl             # the VM apiserver's PKI
 )
-log() { echo "[vm install-deps $(date -u +%H:%M:%S)] $*" >&2; }
-[[ $(id -u) == 0 ]] || { log "must run as root"; exit 1; }
-missing=()
-for p in "${PKGS[@]}"; do
-	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
-		missing+=("$p")
-	fi
-done
-if ((${#missing[@]} == 0)); then
-	log "all ${#PKGS[@]} packages already installed"
-	exit 0
-fi
-log "installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-# No service may start on the host while installing (containerd would).
-created_policy=0
-if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-	chmod +x /usr/sbin/policy-rc.d
-	created_policy=1
-fi
-trap 'if ((created_policy)); then rm -f /usr/sbin/policy-rc.d; fi' EXIT
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The rig's installer does the rest (idempotent, no service started while installing).
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../rig/install-deps.sh" "${PKGS[@]}"

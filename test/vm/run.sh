@@ -10,8 +10,10 @@
 #   VM_ACCEL (tcg): tcg or kvm (KVM does not work on the CI machine: see README.md)
 #   VM_CPU (max for tcg, host for kvm): qemu's -cpu
 #   VM_MEM_MB (2048), VM_SWAP_MB (512), VM_SMP (2), VM_TIMEOUT (480)
-#   VM_SCENARIOS ("failswapon limitedswap noswap"): which guest scenarios run, in order
-#   VM_CGROUP_DRIVER (cgroupfs): nodelet's cgroupDriver and containerd's SystemdCgroup
+#   VM_SCENARIOS ("failswapon realsystemd limitedswap noswap mismatch systemd"): which guest
+#     scenarios run, in order: failSwapOn refusal; the cgroups package's TestRealSystemd;
+#     LimitedSwap and NoSwap with cgroupDriver cgroupfs; cgroupfs against a systemd containerd
+#     refused; LimitedSwap with cgroupDriver systemd (containerd SystemdCgroup = true)
 #   VM_API (auto): 1 = run etcd + kube-apiserver on the host's loopback (from RIG_BIN_DIR, or the
 #     rig's cache) and give the guest the pods of guest/api-pods through it; 0 = standalone only
 #     (every pod static). auto = 1 when the binaries are there.
@@ -28,8 +30,7 @@ VM_MEM_MB=${VM_MEM_MB:-2048}
 VM_SWAP_MB=${VM_SWAP_MB:-512}
 VM_SMP=${VM_SMP:-2}
 VM_TIMEOUT=${VM_TIMEOUT:-480}
-VM_SCENARIOS=${VM_SCENARIOS:-failswapon limitedswap noswap}
-VM_CGROUP_DRIVER=${VM_CGROUP_DRIVER:-cgroupfs}
+VM_SCENARIOS=${VM_SCENARIOS:-failswapon realsystemd limitedswap noswap mismatch systemd}
 
 T0=$(date +%s.%N)
 # SIGTERM/SIGINT (go test's timeout): exit through the EXIT trap, which stops the apiserver.
@@ -60,6 +61,7 @@ t=$(date +%s.%N)
 log "building nodelet, rigcri, pause, mkimage"
 (cd "$REPO" && go build -o "$VM_DIR/in/nodelet" ./cmd/nodelet &&
 	go build -o "$VM_DIR/in/rigcri" ./test/rig/rigcri &&
+	go test -c -o "$VM_DIR/in/cgroups.test" ./cgroups &&
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$VM_DIR/in/pause" ./test/rig/pause &&
 	go build -o "$VM_DIR/mkimage" ./test/rig/mkimage)
 "$VM_DIR/mkimage" -kind busybox -bin /bin/busybox -name nodelet.local/busybox:latest -o "$VM_DIR/in/images/busybox.tar"
@@ -92,7 +94,6 @@ if [[ "$VM_API" == 0 ]]; then
 fi
 cat >"$VM_DIR/in/params.env" <<ENV
 SCENARIOS="$VM_SCENARIOS"
-CGROUP_DRIVER=$VM_CGROUP_DRIVER
 ENV
 echo "host_build $(since "$t")" >>"$TIMINGS"
 

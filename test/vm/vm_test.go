@@ -62,6 +62,11 @@ type results struct {
 	errors    []string
 	failExit  int
 	failMsg   string
+	// mismatchExit and mismatchMsg: nodelet (cgroupfs) against a containerd with SystemdCgroup.
+	mismatchExit int
+	mismatchMsg  string
+	// realSystemdExit is the exit code of the cgroups package's TestRealSystemd in the guest.
+	realSystemdExit int
 	// cg[scenario][kind+" "+name][file] = value
 	cg map[string]map[string]map[string]string
 	// cri[scenario][pod/container] = memory.swap.max nodelet sent over CRI
@@ -72,7 +77,7 @@ type results struct {
 }
 
 func parseResults(data string) (*results, error) {
-	r := &results{failExit: -1, cg: map[string]map[string]map[string]string{}, cri: map[string]map[string]string{},
+	r := &results{failExit: -1, realSystemdExit: -1, mismatchExit: -1, cg: map[string]map[string]map[string]string{}, cri: map[string]map[string]string{},
 		path: map[string]map[string]string{}, tree: map[string][]string{}}
 	sc := bufio.NewScanner(strings.NewReader(data))
 	for sc.Scan() {
@@ -104,6 +109,14 @@ func parseResults(data string) (*results, error) {
 			} else {
 				r.failMsg = strings.Join(f[2:], " ")
 			}
+		case "mismatch":
+			if f[1] == "exit" {
+				r.mismatchExit, err = strconv.Atoi(f[2])
+			} else {
+				r.mismatchMsg = strings.Join(f[2:], " ")
+			}
+		case "realsystemd":
+			r.realSystemdExit, err = strconv.Atoi(f[2])
 		case "tree":
 			r.tree[f[1]] = append(r.tree[f[1]], f[2])
 		case "cg":
@@ -235,6 +248,32 @@ func TestVMCgroupV2Swap(t *testing.T) {
 	checkResults(t, r, smp)
 }
 
+// scenarios are the guest's pod scenarios (guest/scenario.sh) and what each must show.
+var scenarios = []struct {
+	name        string
+	driver      string // nodelet's cgroupDriver (containerd's SystemdCgroup matches)
+	limitedSwap bool   // memorySwap.swapBehavior LimitedSwap (else NoSwap)
+}{
+	{"limitedswap", "cgroupfs", true},
+	{"noswap", "cgroupfs", false},
+	{"systemd", "systemd", true},
+}
+
+// qosPath names the QoS cgroups (as scenario.sh keys them) and where pod cgroups sit, per driver.
+type qosPath struct {
+	kubepods, burstable, besteffort string
+	podPrefix                       map[string]string // QoS class -> container path prefix
+}
+
+var qosPaths = map[string]qosPath{
+	"cgroupfs": {"kubepods", "kubepods/burstable", "kubepods/besteffort", map[string]string{
+		"guaranteed": "/kubepods/pod", "burstable": "/kubepods/burstable/pod", "besteffort": "/kubepods/besteffort/pod"}},
+	"systemd": {"kubepods.slice", "kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice", map[string]string{
+		"guaranteed": "/kubepods.slice/kubepods-pod",
+		"burstable":  "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod",
+		"besteffort": "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"}},
+}
+
 func checkResults(t *testing.T, r *results, smp int) {
 	t.Helper()
 	if r.memTotal <= 0 || r.swapTotal <= 0 {
@@ -249,7 +288,23 @@ func checkResults(t *testing.T, r *results, smp int) {
 		t.Errorf("failSwapOn message %q: want it to say swap is on and how to allow it (failSwapOn: false)", r.failMsg)
 	}
 
-	for _, sc := range []string{"limitedswap", "noswap"} {
+	if r.mismatchExit <= 0 {
+		t.Errorf("cgroupDriver cgroupfs against containerd with SystemdCgroup = true: nodelet exited %d, want non-zero", r.mismatchExit)
+	}
+	// The message is a klog line: its quotes are escaped.
+	msg := strings.ReplaceAll(r.mismatchMsg, `\"`, `"`)
+	for _, w := range []string{`configured with cgroupDriver "cgroupfs"`, `runtime uses "systemd"`, "SystemdCgroup = false"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("driver mismatch message %q: want it to name %s", r.mismatchMsg, w)
+		}
+	}
+	if r.realSystemdExit != 0 {
+		t.Errorf("TestRealSystemd (the systemd driver against the guest's systemd) exited %d; see out/logs/realsystemd.log", r.realSystemdExit)
+	}
+
+	for _, scen := range scenarios {
+		sc := scen.name
+		q := qosPaths[scen.driver]
 		cg := r.cg[sc]
 		if cg == nil {
 			t.Errorf("%s: no results", sc)
@@ -262,8 +317,8 @@ func checkResults(t *testing.T, r *results, smp int) {
 			"cpu.max":    "max 100000",
 			"pids.max":   "max",
 		}
-		checkFiles(t, sc, "qos kubepods", cg["qos kubepods"], want)
-		checkFiles(t, sc, "qos kubepods/besteffort", cg["qos kubepods/besteffort"], map[string]string{
+		checkFiles(t, sc, "qos "+q.kubepods, cg["qos "+q.kubepods], want)
+		checkFiles(t, sc, "qos "+q.besteffort, cg["qos "+q.besteffort], map[string]string{
 			"cpu.weight": "1", "memory.max": "max"})
 		// burstable: upstream sets its cpu.weight from the summed cpu requests of the Burstable
 		// pods (UpdateQOSCgroups).
@@ -273,7 +328,7 @@ func checkResults(t *testing.T, r *results, smp int) {
 				burstMilli += p.cpuReqMilli
 			}
 		}
-		checkFiles(t, sc, "qos kubepods/burstable", cg["qos kubepods/burstable"], map[string]string{
+		checkFiles(t, sc, "qos "+q.burstable, cg["qos "+q.burstable], map[string]string{
 			"memory.max": "max",
 			"cpu.weight": strconv.FormatUint(occgroups.ConvertCPUSharesToCgroupV2Value(shares(burstMilli)), 10),
 		})
@@ -287,10 +342,7 @@ func checkResults(t *testing.T, r *results, smp int) {
 				continue
 			}
 			seen++
-			prefix := "/kubepods/" + p.qos + "/pod"
-			if p.qos == "guaranteed" {
-				prefix = "/kubepods/pod"
-			}
+			prefix := q.podPrefix[p.qos]
 			if !strings.HasPrefix(path, prefix) {
 				t.Errorf("%s: %s in %s, want under %s<uid>/", sc, ctr, path, prefix)
 			}
@@ -298,19 +350,24 @@ func checkResults(t *testing.T, r *results, smp int) {
 			// kernel keeps whole pages); every other container, and every container under
 			// NoSwap, gets 0. Static pods are critical (as in the kubelet): never swap.
 			var wantSwap int64
-			if sc == "limitedswap" && p.swap && r.mode == "api" {
+			if scen.limitedSwap && p.swap && r.mode == "api" {
 				wantSwap = limitedSwap(p.memReq, r.memTotal, r.swapTotal)
 			}
 			if got := r.cri[sc][ctr]; got != strconv.FormatInt(wantSwap, 10) {
 				t.Errorf("%s: %s: nodelet asked CRI for memory.swap.max %s, want %d", sc, ctr, got, wantSwap)
 			}
 			podShares := shares(p.cpuReqMilli)
-			checkFiles(t, sc, "container "+ctr, r.cg[sc]["container "+ctr], map[string]string{
+			wantCtr := map[string]string{
 				"memory.swap.max": strconv.FormatInt(wantSwap/pageSize*pageSize, 10),
 				"memory.max":      p.memMax,
 				"cpu.max":         p.cpuMax,
-				"pids.max":        "max",
-			})
+			}
+			if scen.driver == "cgroupfs" {
+				// Under systemd a container scope gets systemd's DefaultTasksMax unless the
+				// pod asks for a pids limit; runc sets none here.
+				wantCtr["pids.max"] = "max"
+			}
+			checkFiles(t, sc, "container "+ctr, r.cg[sc]["container "+ctr], wantCtr)
 			// The container's cpu.weight is runc's conversion of its cpu shares (runc 1.1:
 			// linear); newer runtimes use the quadratic one nodelet uses for pod cgroups.
 			cw := r.cg[sc]["container "+ctr]["cpu.weight"]
@@ -357,6 +414,9 @@ func TestParseResults(t *testing.T) {
 meminfo SwapTotal 536866816
 mode api
 failswapon exit 1
+realsystemd exit 0
+mismatch exit 1
+mismatch message E1203 main.go:44] "nodelet stopped with an error" err="cgroup driver mismatch: nodelet is configured with cgroupDriver \"cgroupfs\" but the container runtime uses \"systemd\""
 failswapon message E1203 nodelet stopped: running with swap on is not supported (set failSwapOn: false in the config file to allow it)
 container limitedswap static-burstable-nodelet-vm/main /kubepods/burstable/podx/abc
 cri limitedswap burstable-swap/main unified.memory.swap.max 17486086
@@ -367,7 +427,8 @@ ok
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.ok || r.mode != "api" || r.failExit != 1 || r.memTotal != 2060410880 || r.swapTotal != 536866816 {
+	if !r.ok || r.mode != "api" || r.failExit != 1 || r.realSystemdExit != 0 || r.mismatchExit != 1 ||
+		!strings.Contains(r.mismatchMsg, `cgroupDriver \"cgroupfs\"`) || r.memTotal != 2060410880 || r.swapTotal != 536866816 {
 		t.Fatalf("parsed %+v", r)
 	}
 	if got := r.cg["limitedswap"]["container burstable-swap/main"]["cpu.max"]; got != "20000 100000" {

@@ -14,7 +14,8 @@ IN=/vm/in
 OUT=/vm/out
 # shellcheck source=/dev/null
 . "$IN/params.env"
-CGROUP_DRIVER=${CGROUP_DRIVER:-cgroupfs}
+# The cgroup driver of the scenario running (run_scenario sets it; failswapon runs with cgroupfs).
+CGROUP_DRIVER=cgroupfs
 ST=/var/lib/nodelet-vm
 SOCK=/run/nodelet-vm/containerd.sock
 RES=$OUT/results.txt
@@ -35,7 +36,7 @@ ctr() { command ctr -a "$SOCK" -n k8s.io "$@"; }
 finish() {
 	local rc=$?
 	journalctl -b --no-pager -o short-monotonic >"$OUT/logs/journal.txt" 2>&1
-	for u in vm-containerd nodelet-limitedswap nodelet-noswap; do
+	for u in vm-containerd nodelet-limitedswap nodelet-noswap nodelet-systemd; do
 		journalctl -b --no-pager -o short-monotonic -u "$u" >"$OUT/logs/$u.log" 2>&1
 	done
 	mark end
@@ -44,7 +45,7 @@ finish() {
 trap finish EXIT
 mark scenario_start
 say "guest: $(uname -r), PID 1 $(cat /proc/1/comm), $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup, controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
-say "guest: systemd $(systemctl --version | head -1 | cut -d' ' -f2), cgroup driver $CGROUP_DRIVER, uptime $(up)s"
+say "guest: systemd $(systemctl --version | head -1 | cut -d' ' -f2), scenarios: $SCENARIOS, uptime $(up)s"
 
 # ------------------------------------------------------------------ swap
 mkswap /dev/vda >/dev/null || fail "mkswap /dev/vda"
@@ -123,11 +124,20 @@ if [[ " $SCENARIOS " == *" failswapon "* ]]; then
 fi
 
 # ------------------------------------------------------------------ containerd
-mark containerd_start
-systemd_cgroup=false
-if [[ "$CGROUP_DRIVER" == systemd ]]; then systemd_cgroup=true; fi
-mkdir -p "$ST/containerd"
-cat >"$ST/containerd/config.toml" <<TOML
+# start_containerd DRIVER: (re)starts containerd with SystemdCgroup for DRIVER and the images.
+# Switching drivers needs a restart (containerd reads SystemdCgroup at start); the sandboxes of
+# the previous scenario are gone by then, and the images stay in containerd's root.
+CONTAINERD_DRIVER=
+start_containerd() {
+	local driver=$1 systemd_cgroup=false
+	[[ "$CONTAINERD_DRIVER" == "$driver" ]] && return 0
+	mark "containerd_${driver}_start"
+	if [[ -n "$CONTAINERD_DRIVER" ]]; then
+		systemctl stop vm-containerd || fail "stopping containerd"
+	fi
+	if [[ "$driver" == systemd ]]; then systemd_cgroup=true; fi
+	mkdir -p "$ST/containerd"
+	cat >"$ST/containerd/config.toml" <<TOML
 version = 2
 root = "$ST/containerd/root"
 state = "/run/nodelet-vm/containerd"
@@ -151,17 +161,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "$ST/containerd/net.d"
 TOML
-mkdir -p "$ST/containerd/net.d"
-# As Debian's containerd.service: Delegate=yes, KillMode=process.
-systemd-run --quiet --unit=vm-containerd -p Delegate=yes -p KillMode=process -p MemoryAccounting=yes \
-	/usr/bin/containerd --config "$ST/containerd/config.toml" || fail "systemd-run containerd"
-for _ in $(seq 1 120); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-ctr version >/dev/null 2>&1 || fail "containerd did not come up"
-for img in busybox pause; do
-	ctr images import "$IN/images/$img.tar" >/dev/null || fail "importing $img"
-done
-mark containerd_ready
-say "containerd $(containerd --version | cut -d' ' -f3) up with the images, SystemdCgroup = $systemd_cgroup, at $(up)s"
+	mkdir -p "$ST/containerd/net.d"
+	# As Debian's containerd.service: Delegate=yes, KillMode=process.
+	systemd-run --quiet --unit=vm-containerd -p Delegate=yes -p KillMode=process -p MemoryAccounting=yes \
+		/usr/bin/containerd --config "$ST/containerd/config.toml" || fail "systemd-run containerd"
+	for _ in $(seq 1 120); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
+	ctr version >/dev/null 2>&1 || fail "containerd did not come up"
+	if [[ -z "$CONTAINERD_DRIVER" ]]; then
+		for img in busybox pause; do
+			ctr images import "$IN/images/$img.tar" >/dev/null || fail "importing $img"
+		done
+	fi
+	CONTAINERD_DRIVER=$driver
+	mark "containerd_${driver}_ready"
+	say "containerd $(containerd --version | cut -d' ' -f3) up with the images, SystemdCgroup = $systemd_cgroup, at $(up)s"
+}
 
 # read_files KIND NAME DIR FILE...: one result line per file (`read`: no fork, TCG is slow).
 read_files() {
@@ -207,13 +221,18 @@ running() {
 	echo "$n"
 }
 
-# run_scenario NAME SWAPBEHAVIOR: nodelet with the pods; waits for every container; reads back.
+# run_scenario NAME SWAPBEHAVIOR DRIVER [last]: nodelet with the pods and cgroupDriver DRIVER;
+# waits for every container; reads back.
 run_scenario() {
 	SC=$1
-	local behavior=$2 unit=nodelet-$1 want n qos pod cname cgpath swap cgdir poddir
+	local behavior=$2 unit=nodelet-$1 want n qos pod cname cgpath swap cgdir poddir kubepods
+	CGROUP_DRIVER=$3
+	kubepods=kubepods
+	if [[ "$CGROUP_DRIVER" == systemd ]]; then kubepods=kubepods.slice; fi
+	start_containerd "$CGROUP_DRIVER"
 	mark "${SC}_start"
 	say ""
-	say "===== scenario $SC (memorySwap.swapBehavior: $behavior) at $(up)s"
+	say "===== scenario $SC (memorySwap.swapBehavior: $behavior, cgroupDriver: $CGROUP_DRIVER) at $(up)s"
 	rm -rf "$ST/manifests"
 	mkdir -p "$ST/manifests"
 	cp "$IN"/manifests/*.yaml "$ST/manifests/"
@@ -232,13 +251,17 @@ run_scenario() {
 	((n >= want)) || fail "only $n of $want containers running after 300s"
 	mark "${SC}_running"
 	say "all $want containers running at $(up)s"
-	say "cgroup tree (find /sys/fs/cgroup/kubepods -maxdepth 3 -type d):"
-	find /sys/fs/cgroup/kubepods -maxdepth 3 -type d | sort | while read -r d; do
+	say "cgroup tree (find /sys/fs/cgroup/$kubepods -maxdepth 3 -type d):"
+	find "/sys/fs/cgroup/$kubepods" -maxdepth 3 -type d | sort | while read -r d; do
 		res "tree $SC ${d#/sys/fs/cgroup}"
 		echo "  ${d#/sys/fs/cgroup}" >>"$REPORT"
 	done
 	say "kubepods and QoS cgroups:"
-	for qos in kubepods kubepods/burstable kubepods/besteffort; do
+	local qos_cgroups=(kubepods kubepods/burstable kubepods/besteffort)
+	if [[ "$CGROUP_DRIVER" == systemd ]]; then
+		qos_cgroups=(kubepods.slice kubepods.slice/kubepods-burstable.slice kubepods.slice/kubepods-besteffort.slice)
+	fi
+	for qos in "${qos_cgroups[@]}"; do
 		echo "  /$qos" >>"$REPORT"
 		read_files qos "$qos" "/sys/fs/cgroup/$qos" memory.max memory.swap.max cpu.weight cpu.max pids.max
 	done
@@ -254,7 +277,7 @@ run_scenario() {
 		read_files container "$pod/$cname" "$cgdir" memory.max memory.swap.max cpu.weight cpu.max pids.max
 	done < <(containers | sort)
 	mark "${SC}_read"
-	if [[ "${3:-}" == last ]]; then
+	if [[ "${4:-}" == last ]]; then
 		mark "${SC}_end"
 		say "scenario $SC done at $(up)s (pods left running: the guest powers off)"
 		return 0
@@ -274,8 +297,33 @@ for sc in $SCENARIOS; do
 	((i == last)) && pos=last
 	case $sc in
 	failswapon) ;;
-	limitedswap) run_scenario limitedswap LimitedSwap "$pos" ;;
-	noswap) run_scenario noswap NoSwap "$pos" ;;
+	limitedswap) run_scenario limitedswap LimitedSwap cgroupfs "$pos" ;;
+	noswap) run_scenario noswap NoSwap cgroupfs "$pos" ;;
+	systemd) run_scenario systemd LimitedSwap systemd "$pos" ;;
+	mismatch)
+		# containerd with SystemdCgroup = true, nodelet left at cgroupDriver cgroupfs: nodelet
+		# must refuse to start and name both drivers.
+		start_containerd systemd
+		mark mismatch_start
+		CGROUP_DRIVER=cgroupfs
+		nodelet_config "$ST/mismatch.yaml" NoSwap
+		timeout 120 "$IN/nodelet" --config="$ST/mismatch.yaml" "${nodelet_args[@]}" >"$OUT/logs/mismatch.log" 2>&1
+		rc=$?
+		res "mismatch exit $rc"
+		msg=$(grep -m1 'cgroup driver mismatch' "$OUT/logs/mismatch.log")
+		res "mismatch message $msg"
+		say "mismatch: nodelet (cgroupfs) against containerd (SystemdCgroup = true) exited $rc:"
+		say "  $msg"
+		mark mismatch_end
+		;;
+	realsystemd)
+		# The cgroups package's opt-in test of the systemd driver against this real systemd.
+		mark realsystemd_start
+		NODELET_REAL_SYSTEMD=1 "$IN/cgroups.test" -test.run '^TestRealSystemd$' -test.v >"$OUT/logs/realsystemd.log" 2>&1
+		res "realsystemd exit $?"
+		say "realsystemd: $(grep -E '^(--- |ok|FAIL|PASS)' "$OUT/logs/realsystemd.log" | paste -sd' ')"
+		mark realsystemd_end
+		;;
 	*) fail "unknown scenario $sc" ;;
 	esac
 done

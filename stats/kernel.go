@@ -82,6 +82,39 @@ func (p *Provider) cgroupMemory(path string, mt metav1.Time) *statsapi.MemorySta
 	return &statsapi.MemoryStats{Time: mt, UsageBytes: &usage, WorkingSetBytes: &ws, RSSBytes: m.rss}
 }
 
+// nodeSwap is the node's swap from meminfo: used = SwapTotal - SwapFree, available =
+// SwapFree. nil when meminfo has no swap lines.
+func (p *Provider) nodeSwap(mt metav1.Time) *statsapi.SwapStats {
+	mi := p.meminfo()
+	total, ok := mi["SwapTotal"]
+	if !ok {
+		return nil
+	}
+	free := mi["SwapFree"]
+	used := satSub(total, free)
+	return &statsapi.SwapStats{Time: mt, SwapUsageBytes: &used, SwapAvailableBytes: &free}
+}
+
+// cgroupSwap is the swap use of the cgroup at path on cgroup v2 (memory.swap.current),
+// with what is left under memory.swap.max when that is a number. nil on v1 (swap is
+// never limited per pod there) and when the files are missing.
+func (p *Provider) cgroupSwap(path string, mt metav1.Time) *statsapi.SwapStats {
+	if !p.cfg.Unified {
+		return nil
+	}
+	dir := filepath.Join(p.cfg.CgroupRoot, path)
+	used, err := readUint(filepath.Join(dir, "memory.swap.current"))
+	if err != nil {
+		return nil
+	}
+	out := &statsapi.SwapStats{Time: mt, SwapUsageBytes: &used}
+	if limit, err := readUint(filepath.Join(dir, "memory.swap.max")); err == nil {
+		avail := satSub(limit, used)
+		out.SwapAvailableBytes = &avail
+	}
+	return out
+}
+
 // cgroupPIDs is pids.current of the cgroup at path.
 func (p *Provider) cgroupPIDs(path string) (uint64, bool) {
 	dir := filepath.Join(p.cfg.CgroupRoot, path)

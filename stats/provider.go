@@ -118,6 +118,7 @@ func (p *Provider) Snapshot(ctx context.Context) (*Snapshot, error) {
 		Memory:    p.nodeMemory(mt),
 		CPU:       p.nodeCPU(now),
 		Rlimit:    p.rlimit(mt),
+		Swap:      p.nodeSwap(mt),
 	}
 	if p.cfg.PodsCgroup != "" {
 		ns.SystemContainers = append(ns.SystemContainers, statsapi.ContainerStats{
@@ -249,6 +250,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		if s := byID[c.GetId()]; s != nil {
 			cs.Memory = criMemory(s.GetMemory(), mt)
 			cs.CPU = p.criCPU(c.GetId(), s.GetCpu(), now)
+			cs.Swap = criSwap(s.GetSwap(), mt)
 			seenCPU[c.GetId()] = true
 			if wl := s.GetWritableLayer(); wl != nil {
 				cs.Rootfs = &statsapi.FsStats{Time: mt}
@@ -284,6 +286,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 				if m := p.cgroupMemory(dir, mt); m != nil {
 					ps.Memory = m // the pod cgroup also counts the sandbox and tmpfs pages
 				}
+				ps.Swap = p.cgroupSwap(dir, mt)
 				if n, ok := p.cgroupPIDs(dir); ok {
 					ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
 				}
@@ -337,6 +340,21 @@ func ephemeral(ps statsapi.PodStats, mt metav1.Time) *statsapi.FsStats {
 		inodes += deref(v.InodesUsed)
 	}
 	return &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+}
+
+// criSwap maps the runtime's swap usage (containerd 2.x fills it; 1.6 does not).
+func criSwap(s *runtimeapi.SwapUsage, mt metav1.Time) *statsapi.SwapStats {
+	if s == nil || (s.GetSwapUsageBytes() == nil && s.GetSwapAvailableBytes() == nil) {
+		return nil
+	}
+	out := &statsapi.SwapStats{Time: mt}
+	if v := s.GetSwapUsageBytes(); v != nil {
+		out.SwapUsageBytes = ptrTo(v.GetValue())
+	}
+	if v := s.GetSwapAvailableBytes(); v != nil {
+		out.SwapAvailableBytes = ptrTo(v.GetValue())
+	}
+	return out
 }
 
 func criMemory(m *runtimeapi.MemoryUsage, mt metav1.Time) *statsapi.MemoryStats {

@@ -225,3 +225,94 @@ func TestCPURateFromTwoSamples(t *testing.T) {
 		t.Errorf("samples of gone containers kept: %v", p.lastCPU)
 	}
 }
+
+func TestSwapStats(t *testing.T) {
+	mt := metav1.NewTime(time.Unix(2000, 0))
+	tests := []struct {
+		name      string
+		meminfo   string
+		unified   bool
+		files     map[string]string // under the cgroup root
+		wantNode  *[2]uint64        // used, available; nil: no node swap
+		wantPod   *[2]uint64        // used, available (0 with availNil)
+		availNil  bool
+		wantNoPod bool
+	}{
+		{
+			name:     "v2 with swap and a limited pod",
+			meminfo:  "MemTotal: 1000 kB\nSwapTotal: 512 kB\nSwapFree: 500 kB\n",
+			unified:  true,
+			files:    map[string]string{"pod/memory.swap.current": "4096\n", "pod/memory.swap.max": "17485824\n"},
+			wantNode: &[2]uint64{12 * 1024, 500 * 1024},
+			wantPod:  &[2]uint64{4096, 17485824 - 4096},
+		},
+		{
+			name:     "v2 pod without a swap limit",
+			meminfo:  "MemTotal: 1000 kB\nSwapTotal: 512 kB\nSwapFree: 512 kB\n",
+			unified:  true,
+			files:    map[string]string{"pod/memory.swap.current": "0\n", "pod/memory.swap.max": "max\n"},
+			wantNode: &[2]uint64{0, 512 * 1024},
+			wantPod:  &[2]uint64{0, 0},
+			availNil: true,
+		},
+		{
+			name:      "v1: node swap only",
+			meminfo:   "MemTotal: 1000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n",
+			files:     map[string]string{"pod/memory.swap.current": "1\n"},
+			wantNode:  &[2]uint64{0, 0},
+			wantNoPod: true,
+		},
+		{
+			name:      "no swap lines, no swap files",
+			meminfo:   "MemTotal: 1000 kB\n",
+			unified:   true,
+			wantNoPod: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			proc, cg := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+			write(t, filepath.Join(proc, "meminfo"), tt.meminfo)
+			for f, v := range tt.files {
+				write(t, filepath.Join(cg, f), v)
+			}
+			p := New(Config{ProcRoot: proc, CgroupRoot: cg, Unified: tt.unified}, nil, nil, clocktesting.NewFakeClock(mt.Time))
+			check := func(what string, got *statsapi.SwapStats, want *[2]uint64, availNil bool) {
+				t.Helper()
+				if want == nil {
+					if got != nil {
+						t.Errorf("%s swap = %+v, want none", what, got)
+					}
+					return
+				}
+				if got == nil || got.SwapUsageBytes == nil || *got.SwapUsageBytes != want[0] {
+					t.Fatalf("%s swap = %+v, want used %d", what, got, want[0])
+				}
+				switch {
+				case availNil && got.SwapAvailableBytes != nil:
+					t.Errorf("%s swap available = %d, want none (no limit)", what, *got.SwapAvailableBytes)
+				case !availNil && (got.SwapAvailableBytes == nil || *got.SwapAvailableBytes != want[1]):
+					t.Errorf("%s swap available = %v, want %d", what, got.SwapAvailableBytes, want[1])
+				}
+			}
+			check("node", p.nodeSwap(mt), tt.wantNode, false)
+			if tt.wantNoPod {
+				check("pod", p.cgroupSwap("/pod", mt), nil, false)
+			} else {
+				check("pod", p.cgroupSwap("/pod", mt), tt.wantPod, tt.availNil)
+			}
+		})
+	}
+	// Containers: what the runtime reports, when it reports anything.
+	if got := criSwap(nil, mt); got != nil {
+		t.Errorf("criSwap(nil) = %+v, want nil", got)
+	}
+	if got := criSwap(&runtimeapi.SwapUsage{}, mt); got != nil {
+		t.Errorf("criSwap(empty) = %+v, want nil", got)
+	}
+	got := criSwap(&runtimeapi.SwapUsage{SwapUsageBytes: u64(10), SwapAvailableBytes: u64(20)}, mt)
+	if got == nil || *got.SwapUsageBytes != 10 || *got.SwapAvailableBytes != 20 {
+		t.Errorf("criSwap = %+v, want used 10 available 20", got)
+	}
+}

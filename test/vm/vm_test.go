@@ -10,6 +10,7 @@ package vm
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 const (
@@ -246,6 +248,47 @@ func TestVMCgroupV2Swap(t *testing.T) {
 		t.Fatalf("the guest did not finish its scenarios; see %s/logs and console.log", out)
 	}
 	checkResults(t, r, smp)
+	for _, scen := range scenarios {
+		checkSummarySwap(t, scen.name, filepath.Join(out, "summary-"+scen.name+".json"), r.swapTotal)
+	}
+}
+
+// checkSummarySwap reads the /stats/summary the guest saved for a scenario: the node's swap
+// (used + available = SwapTotal) and each pod's swap from its cgroup v2 memory.swap.current.
+func checkSummarySwap(t *testing.T, sc, path string, swapTotal int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%s: /stats/summary: %v", sc, err)
+		return
+	}
+	var s statsapi.Summary
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Errorf("%s: /stats/summary: %v", sc, err)
+		return
+	}
+	sw := s.Node.Swap
+	if sw == nil || sw.SwapUsageBytes == nil || sw.SwapAvailableBytes == nil {
+		t.Errorf("%s: summary node swap = %+v, want used and available", sc, sw)
+	} else if got := int64(*sw.SwapUsageBytes + *sw.SwapAvailableBytes); got != swapTotal {
+		t.Errorf("%s: summary node swap used %d + available %d = %d, want SwapTotal %d", sc, *sw.SwapUsageBytes, *sw.SwapAvailableBytes, got, swapTotal)
+	}
+	seen := 0
+	for _, ps := range s.Pods {
+		if _, ok := pods[baseName(ps.PodRef.Name)]; !ok {
+			continue
+		}
+		seen++
+		if ps.Swap == nil || ps.Swap.SwapUsageBytes == nil {
+			t.Errorf("%s: summary pod %s swap = %+v, want the pod cgroup's memory.swap.current", sc, ps.PodRef.Name, ps.Swap)
+		}
+	}
+	if seen != len(pods) {
+		t.Errorf("%s: summary has %d of the %d pods", sc, seen, len(pods))
+	}
+	if sw != nil && sw.SwapUsageBytes != nil {
+		t.Logf("%s: /stats/summary node swap: used %d, available %d", sc, *sw.SwapUsageBytes, *sw.SwapAvailableBytes)
+	}
 }
 
 // scenarios are the guest's pod scenarios (guest/scenario.sh) and what each must show.

@@ -276,6 +276,9 @@ run_scenario() {
 		echo "  container $pod/$cname: ${cgdir#/sys/fs/cgroup} (CRI Unified memory.swap.max: $swap)" >>"$REPORT"
 		read_files container "$pod/$cname" "$cgdir" memory.max memory.swap.max cpu.weight cpu.max pids.max
 	done < <(containers | sort)
+	# The kubelet API's Summary (anonymous, AlwaysAllow in this config): swap stats per node and pod.
+	curl -sk --max-time 20 https://127.0.0.1:10250/stats/summary >"$OUT/summary-$SC.json" ||
+		say "fetching /stats/summary failed"
 	mark "${SC}_read"
 	if [[ "${4:-}" == last ]]; then
 		mark "${SC}_end"

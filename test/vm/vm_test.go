@@ -76,11 +76,13 @@ type results struct {
 	// path[scenario][pod/container] = cgroup path of the container
 	path map[string]map[string]string
 	tree map[string][]string
+	// fill[scenario] = {dd exit, memory.swap.current, new OOM kills} of the swap fill.
+	fill map[string][3]int64
 }
 
 func parseResults(data string) (*results, error) {
 	r := &results{failExit: -1, realSystemdExit: -1, mismatchExit: -1, cg: map[string]map[string]map[string]string{}, cri: map[string]map[string]string{},
-		path: map[string]map[string]string{}, tree: map[string][]string{}}
+		path: map[string]map[string]string{}, tree: map[string][]string{}, fill: map[string][3]int64{}}
 	sc := bufio.NewScanner(strings.NewReader(data))
 	for sc.Scan() {
 		line := sc.Text()
@@ -117,6 +119,17 @@ func parseResults(data string) (*results, error) {
 			} else {
 				r.mismatchMsg = strings.Join(f[2:], " ")
 			}
+		case "swapfill": // swapfill SC exit N swapcurrent N oomkill N
+			if len(f) != 8 {
+				return nil, fmt.Errorf("short line %q", line)
+			}
+			var v [3]int64
+			for i, j := range []int{3, 5, 7} {
+				if v[i], err = strconv.ParseInt(f[j], 10, 64); err != nil {
+					break
+				}
+			}
+			r.fill[f[1]] = v
 		case "realsystemd":
 			r.realSystemdExit, err = strconv.Atoi(f[2])
 		case "tree":
@@ -376,6 +389,20 @@ func checkResults(t *testing.T, r *results, smp int) {
 			"cpu.weight": strconv.FormatUint(occgroups.ConvertCPUSharesToCgroupV2Value(shares(burstMilli)), 10),
 		})
 
+		// 136 MiB into a container limited to 128 MiB of memory: with ~16.7 MiB of swap the
+		// excess is swapped out; with none the cgroup OOM-kills.
+		fill, ok := r.fill[sc]
+		switch {
+		case !ok:
+			t.Errorf("%s: no swap fill result", sc)
+		case scen.limitedSwap && (fill[0] != 0 || fill[1] <= 0 || fill[2] != 0):
+			t.Errorf("%s: swap fill: dd exit %d, memory.swap.current %d, OOM kills %d; want 0, > 0, 0", sc, fill[0], fill[1], fill[2])
+		case !scen.limitedSwap && (fill[0] == 0 || fill[1] != 0 || fill[2] < 1):
+			t.Errorf("%s: swap fill: dd exit %d, memory.swap.current %d, OOM kills %d; want non-zero, 0, >= 1", sc, fill[0], fill[1], fill[2])
+		default:
+			t.Logf("%s: 136 MiB written past the 128 MiB limit: dd exit %d, %d bytes swapped out, %d OOM kills", sc, fill[0], fill[1], fill[2])
+		}
+
 		seen := 0
 		for name, p := range pods {
 			ctr := name + "/main"
@@ -458,6 +485,7 @@ meminfo SwapTotal 536866816
 mode api
 failswapon exit 1
 realsystemd exit 0
+swapfill limitedswap exit 0 swapcurrent 9437184 oomkill 0
 mismatch exit 1
 mismatch message E1203 main.go:44] "nodelet stopped with an error" err="cgroup driver mismatch: nodelet is configured with cgroupDriver \"cgroupfs\" but the container runtime uses \"systemd\""
 failswapon message E1203 nodelet stopped: running with swap on is not supported (set failSwapOn: false in the config file to allow it)
@@ -470,7 +498,7 @@ ok
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.ok || r.mode != "api" || r.failExit != 1 || r.realSystemdExit != 0 || r.mismatchExit != 1 ||
+	if !r.ok || r.mode != "api" || r.failExit != 1 || r.realSystemdExit != 0 || r.mismatchExit != 1 || r.fill["limitedswap"] != [3]int64{0, 9437184, 0} ||
 		!strings.Contains(r.mismatchMsg, `cgroupDriver \"cgroupfs\"`) || r.memTotal != 2060410880 || r.swapTotal != 536866816 {
 		t.Fatalf("parsed %+v", r)
 	}

@@ -221,6 +221,24 @@ running() {
 	echo "$n"
 }
 
+# swap_fill CGDIR: a process put into the container's cgroup writes 136 MiB to a tmpfs, past the
+# container's 128 MiB memory.max. With its swap limit (~16.7 MiB, LimitedSwap) the kernel must
+# swap the excess out instead of OOM-killing (upstream's "use more memory than memory limits");
+# with memory.swap.max 0 (NoSwap) nothing may be swapped and the cgroup OOM-kills.
+swap_fill() {
+	local cg=$1 rc before after cur fill=/run/nodelet-vm/fill
+	mkdir -p "$fill"
+	mountpoint -q "$fill" || mount -t tmpfs -o size=256m tmpfs "$fill" || fail "mounting $fill"
+	before=$(awk '$1 == "oom_kill" {print $2}' "$cg/memory.events")
+	bash -c 'echo $$ >"$1/cgroup.procs" && exec dd if=/dev/zero of="$2/data" bs=1M count=136 status=none' _ "$cg" "$fill"
+	rc=$?
+	read -r cur <"$cg/memory.swap.current"
+	after=$(awk '$1 == "oom_kill" {print $2}' "$cg/memory.events")
+	res "swapfill $SC exit $rc swapcurrent $cur oomkill $((after - before))"
+	say "swap fill: 136 MiB into ${cg#/sys/fs/cgroup}: dd exit $rc, memory.swap.current $cur, new OOM kills $((after - before))"
+	rm -f "$fill/data"
+}
+
 # run_scenario NAME SWAPBEHAVIOR DRIVER [last]: nodelet with the pods and cgroupDriver DRIVER;
 # waits for every container; reads back.
 run_scenario() {
@@ -279,6 +297,10 @@ run_scenario() {
 	# The kubelet API's Summary (anonymous, AlwaysAllow in this config): swap stats per node and pod.
 	curl -sk --max-time 20 https://127.0.0.1:10250/stats/summary >"$OUT/summary-$SC.json" ||
 		say "fetching /stats/summary failed"
+	# Last, as under NoSwap it ends in an OOM kill of the container.
+	while IFS=$'\t' read -r pod cname cgpath swap; do
+		if [[ "$pod" == burstable-swap ]]; then swap_fill "$(cgroup_dir "$cgpath")"; fi
+	done < <(containers)
 	mark "${SC}_read"
 	if [[ "${4:-}" == last ]]; then
 		mark "${SC}_end"

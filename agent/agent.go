@@ -13,7 +13,6 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -70,7 +69,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
 		return fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
 	}
-	if err := checkCgroupVersion(ptr.Deref(kc.FailCgroupV1, false)); err != nil {
+	cgroupMode, err := cgroups.DetectMode(cgroupfsRoot)
+	if err != nil {
+		return fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
+	}
+	if err := checkCgroupVersion(cgroupMode, ptr.Deref(kc.FailCgroupV1, false)); err != nil {
 		return err
 	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
@@ -81,6 +84,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 
 	reg := prometheus.NewRegistry()
+	registerNodeGauges(reg, nodeName, cgroupMode)
 	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
 	if err != nil {
 		return err
@@ -178,7 +182,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	goRun(func() { serving.Run(ctx, recorder) })
 
-	cg, err := setUpCgroups(ctx, kc, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity), dialSystemd)
+	cg, err := setUpCgroups(ctx, kc, cgroupMode, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity), dialSystemd)
 	if err != nil {
 		return err
 	}
@@ -445,20 +449,26 @@ func hostIPs(n *v1.Node, configured []net.IP) []string {
 
 // checkCgroupVersion refuses cgroup v1 hosts when failCgroupV1 is set, as upstream.
 // A hybrid host (v1 controllers plus an empty unified mount) counts as v1.
-func checkCgroupVersion(failCgroupV1 bool) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+func checkCgroupVersion(mode cgroups.Mode, failCgroupV1 bool) error {
+	if mode.Unified() || !failCgroupV1 {
 		return nil
 	}
-	if st.Type == unix.CGROUP2_SUPER_MAGIC {
-		klog.InfoS("Detected cgroup v2 (unified hierarchy)")
-		return nil
+	return fmt.Errorf("nodelet is configured to not run on a host using cgroup v1 (failCgroupV1: true), and this host's cgroups are %s; cgroup v1 support is in maintenance mode upstream: move the host to cgroup v2, or set failCgroupV1: false in the config file", mode)
+}
+
+// registerNodeGauges exports upstream's constant node facts: kubelet_node_name{node}
+// and kubelet_cgroup_version (2 on a unified host, 1 on v1 and hybrid).
+func registerNodeGauges(reg prometheus.Registerer, nodeName string, mode cgroups.Mode) {
+	name := prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "kubelet", Name: "node_name",
+		Help: "The node's name. The count is always 1."}, []string{"node"})
+	name.WithLabelValues(nodeName).Set(1)
+	version := prometheus.NewGauge(prometheus.GaugeOpts{Subsystem: "kubelet", Name: "cgroup_version",
+		Help: "cgroup version on the hosts."})
+	version.Set(1)
+	if mode.Unified() {
+		version.Set(2)
 	}
-	klog.InfoS("Detected cgroup v1 (legacy or hybrid hierarchy)")
-	if failCgroupV1 {
-		return fmt.Errorf("nodelet is configured to not run on a host using cgroup v1 (failCgroupV1: true); cgroup v1 support is in maintenance mode upstream: move the host to cgroup v2, or set failCgroupV1: false in the config file")
-	}
-	return nil
+	reg.MustRegister(name, version)
 }
 
 // applyOOMScoreAdj protects nodelet from the OOM killer. Some hosts refuse

@@ -117,13 +117,9 @@ func runtimeCgroupDriver(ctx context.Context, rt runtimeConfiger) (driver, sourc
 // setUpCgroups detects the cgroup version, checks the driver against the runtime's,
 // and creates the QoS hierarchy (kubepods, burstable, besteffort) when cgroupsPerQOS;
 // with the systemd driver it connects to systemd through dial first.
-func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64,
+func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, mode cgroups.Mode, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64,
 	dial func(context.Context) (systemdConn, error)) (*podCgroupSetup, error) {
 	logger := klog.FromContext(ctx)
-	mode, err := cgroups.DetectMode(cgroupfsRoot)
-	if err != nil {
-		return nil, fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
-	}
 	driver := cgroups.Driver(kc.CgroupDriver)
 	if driver == "" {
 		driver = cgroups.DriverCgroupfs

@@ -147,6 +147,22 @@ func (f *fakeUnits) callLog() []string {
 
 var resourceKeys = []string{"CPUShares", "CPUWeight", "CPUQuotaPerSecUSec", "CPUQuotaPeriodUSec", "MemoryLimit", "MemoryMax", "TasksMax"}
 
+// systemdQOSTree is a fake v1 (or v2) tree with the QoS slices made through the fake
+// unit API, enforcing allocatable on kubepods.
+func systemdQOSTree(t *testing.T, v2 bool) (string, *fakeUnits, *Manager) {
+	t.Helper()
+	root := fakeV1(t)
+	if v2 {
+		root = fakeV2(t)
+	}
+	units := newFakeUnits(root)
+	m := newSystemdTestManager(t, root, units, []string{"pods"})
+	if err := m.EnsureQOSCgroups(context.Background(), capacity, allocatable); err != nil {
+		t.Fatal(err)
+	}
+	return root, units, m
+}
+
 func newSystemdTestManager(t *testing.T, root string, units SystemdUnits, enforce []string) *Manager {
 	t.Helper()
 	mode, err := DetectModeWith(root, nil)
@@ -281,16 +297,8 @@ func TestSystemdEnsureQOSCgroups(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := fakeV1(t)
-			if tt.v2 {
-				root = fakeV2(t)
-			}
-			units := newFakeUnits(root)
-			m := newSystemdTestManager(t, root, units, []string{"pods"})
+			root, units, m := systemdQOSTree(t, tt.v2)
 			ctx := context.Background()
-			if err := m.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
-				t.Fatal(err)
-			}
 			for unit, want := range tt.units {
 				if got := units.props(unit, resourceKeys...); got != want {
 					t.Errorf("%s resources = %q, want %q", unit, got, want)
@@ -370,16 +378,8 @@ func TestSystemdPodCgroupLifecycle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := fakeV1(t)
-			if tt.v2 {
-				root = fakeV2(t)
-			}
-			units := newFakeUnits(root)
-			m := newSystemdTestManager(t, root, units, []string{"pods"})
+			root, units, m := systemdQOSTree(t, tt.v2)
 			ctx := context.Background()
-			if err := m.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
-				t.Fatal(err)
-			}
 			if m.PodCgroupExists(tt.pod) {
 				t.Fatal("pod cgroup exists before EnsurePodCgroup")
 			}

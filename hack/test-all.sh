@@ -5,7 +5,22 @@
 #   -> rig down (always, on exit).
 # Exits non-zero on the first failure. Env: KEEP_RIG=1 leaves the rig up at the end;
 # E2E_RUN=<regexp> limits the e2e tests; SKIP_E2E=1 stops after the unit tests;
-# SKIP_VM=1 skips the VM test (test/vm, ~5 min).
+# SKIP_VM=1 skips the VM test (test/vm, ~5 min); FUZZTIME=<dur> sets each fuzz target's run.
+#
+# Time budgets per stage, cold run on 2 cores (CI must finish in 90 min). A stage over its
+# budget prints a warning in the summary; measure a cold run before adding a stage.
+#   install deps                     240s
+#   build rig binaries (cached)     1200s cold (kube-apiserver/kcm/kubectl/etcd), ~5s cached
+#   gofmt                             15s
+#   go vet                           300s
+#   systemd unit                      15s
+#   unit tests (go test -race)       420s
+#   fuzz targets                     300s (hack/fuzz.sh: each target FUZZTIME, default 15s)
+#   build nodelet                     90s
+#   rig up                           240s
+#   e2e tests                        900s
+#   vm test                          480s
+#   total                           4600s (77 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,14 +37,19 @@ declare -a SUMMARY=()
 BOLD="" PLAIN=""
 if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; fi
 
+STEP_BUDGET=0
 end_step() {
 	if [[ -n "$STEP" ]]; then
-		SUMMARY+=("$(printf '%-32s %5ds' "$STEP" $((SECONDS - STEP_T0)))")
+		local took=$((SECONDS - STEP_T0)) note=""
+		if ((STEP_BUDGET > 0 && took > STEP_BUDGET)); then note="  OVER BUDGET (${STEP_BUDGET}s)"; fi
+		SUMMARY+=("$(printf '%-32s %5ds / %5ds%s' "$STEP" "$took" "$STEP_BUDGET" "$note")")
 	fi
 }
+# section NAME BUDGET_SECONDS
 section() {
 	end_step
 	STEP=$1
+	STEP_BUDGET=${2:-0}
 	STEP_T0=$SECONDS
 	printf '\n%s===== [%s +%ds] %s =====%s\n' "$BOLD" "$(date -u +%H:%M:%S)" $((SECONDS - T0)) "$STEP" "$PLAIN"
 }
@@ -55,14 +75,14 @@ on_exit() {
 trap 'FAILED_STEP=$STEP' ERR
 trap on_exit EXIT
 
-section "install deps"
+section "install deps" 240
 bash test/rig/install-deps.sh
 
-section "build rig binaries (cached)"
+section "build rig binaries (cached)" 1200
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
 
-section "gofmt"
+section "gofmt" 15
 unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_output/*' -print0 | xargs -0 -r gofmt -l)
 if [[ -n "$unformatted" ]]; then
 	echo "not gofmt'ed:"
@@ -70,37 +90,36 @@ if [[ -n "$unformatted" ]]; then
 	false
 fi
 
-section "go vet"
+section "go vet" 300
 go vet ./...
 go vet -tags e2e ./test/e2e/...
 go vet -tags bench ./bench/...
 go vet -tags vm ./test/vm/...
 
-section "systemd unit (systemd-analyze verify)"
+section "systemd unit (systemd-analyze verify)" 15
 bash deploy/verify.sh
 
-section "unit tests (go test -race)"
+section "unit tests (go test -race)" 420
 go test -race -count=1 ./...
 
-if [[ -d cmd/nodelet ]]; then
-	section "build nodelet"
-	go build -o _output/nodelet ./cmd/nodelet
-	export NODELET_BIN=$REPO/_output/nodelet
-else
-	echo "cmd/nodelet does not exist: e2e tests that start a nodelet will fail"
-fi
+section "fuzz targets" 300
+bash hack/fuzz.sh
+
+section "build nodelet" 90
+go build -o _output/nodelet ./cmd/nodelet
+export NODELET_BIN=$REPO/_output/nodelet
 
 if [[ "${SKIP_E2E:-0}" == 1 ]]; then
 	echo "SKIP_E2E=1: stopping before the e2e tests"
 	exit 0
 fi
 
-section "rig up"
+section "rig up" 240
 RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests"
+section "e2e tests" 900
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...
@@ -113,7 +132,7 @@ if [[ "${SKIP_VM:-0}" == 1 ]]; then
 elif [[ ! -e /dev/kvm ]]; then
 	echo "no /dev/kvm: skipping the VM test"
 else
-	section "vm test (cgroup v2 + swap, qemu)"
+	section "vm test (cgroup v2 + swap, qemu)" 480
 	bash test/vm/install-deps.sh
 	RIG_BIN_DIR=$RIG_BIN_DIR go test -tags vm -v -count=1 -timeout 20m ./test/vm/...
 fi

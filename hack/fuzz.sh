@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# fuzz.sh: runs every Go native fuzz target of hack/fuzz-targets.txt for FUZZTIME each
+# (default 15s), one after another, starting from its committed corpus
+# (<pkg>/testdata/fuzz/<Name>/). A crasher fails the run and is written by `go test` under
+# that testdata dir: commit it with the fix as a regression seed.
+# The seeds alone also run in every plain `go test`, so this stage is the search for new
+# inputs, bounded so CI keeps its time budget.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH=/usr/local/go/bin:$PATH
+FUZZTIME=${FUZZTIME:-15s}
+
+while read -r pkg name; do
+	[[ -z "$pkg" || "$pkg" == \#* ]] && continue
+	echo "--- fuzz $pkg $name ($FUZZTIME)"
+	# -parallel 2: the machine has 2 cores; the go tool's default is GOMAXPROCS anyway.
+	go test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" -parallel=2 "$pkg"
+done <hack/fuzz-targets.txt

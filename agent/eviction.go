@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/node"
@@ -71,10 +72,24 @@ func (p podEvicter) EvictPod(ctx context.Context, pod *v1.Pod, grace int64, st v
 	})
 }
 
-// newEvictionManager builds the eviction manager from the config's thresholds; nil
-// when there are none. Its conditions reach node status through pressure().
+// newEvictionManager builds the eviction manager; nil when it has nothing to do (no
+// thresholds and localStorageCapacityIsolation off). Its conditions reach node status
+// through pressure().
 func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, st snapshotter, nodeCtl *node.Controller,
 	loop *syncloop.Loop, gcs *garbageCollectors, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*eviction.Manager, error) {
+	cfg, err := evictionConfig(kc, nodeName)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	return eviction.NewManager(*cfg, clk, evictionStats{stats: st, allocatable: nodeCtl.Allocatable, pods: loop.ActivePods},
+		nodeReclaimer{gcs: gcs}, podEvicter{loop: loop}, loop.ActivePods, recorder,
+		eviction.WithRegisterer(reg),
+		eviction.WithConditionsChanged(func([]v1.NodeConditionType) { nodeCtl.TriggerStatusUpdate() }))
+}
+
+// evictionConfig is the eviction manager's configuration from kc; nil when there is
+// nothing to enforce.
+func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string) (*eviction.Config, error) {
 	ths, err := eviction.ParseThresholds(kc.EvictionHard, kc.EvictionSoft, kc.EvictionSoftGracePeriod, kc.EvictionMinimumReclaim)
 	if err != nil {
 		return nil, fmt.Errorf("reading the eviction thresholds: %w", err)
@@ -82,18 +97,17 @@ func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName 
 	if slices.Contains(kc.EnforceNodeAllocatable, "pods") {
 		ths = eviction.WithAllocatableThresholds(ths)
 	}
-	if len(ths) == 0 {
+	isolation := ptr.Deref(kc.LocalStorageCapacityIsolation, true)
+	if len(ths) == 0 && !isolation {
 		return nil, nil
 	}
-	return eviction.NewManager(eviction.Config{
-		Thresholds:               ths,
-		PressureTransitionPeriod: kc.EvictionPressureTransitionPeriod.Duration,
-		MaxPodGracePeriodSeconds: int64(kc.EvictionMaxPodGracePeriod),
-		NodeRef:                  &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)},
-	}, clk, evictionStats{stats: st, allocatable: nodeCtl.Allocatable, pods: loop.ActivePods},
-		nodeReclaimer{gcs: gcs}, podEvicter{loop: loop}, loop.ActivePods, recorder,
-		eviction.WithRegisterer(reg),
-		eviction.WithConditionsChanged(func([]v1.NodeConditionType) { nodeCtl.TriggerStatusUpdate() }))
+	return &eviction.Config{
+		Thresholds:                    ths,
+		PressureTransitionPeriod:      kc.EvictionPressureTransitionPeriod.Duration,
+		MaxPodGracePeriodSeconds:      int64(kc.EvictionMaxPodGracePeriod),
+		NodeRef:                       &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)},
+		LocalStorageCapacityIsolation: isolation,
+	}, nil
 }
 
 // evictionGate answers the node controller and admission from the eviction manager,

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/eviction"
@@ -36,6 +37,41 @@ func TestDefaultedThresholdsParse(t *testing.T) {
 			}
 			if len(ths) != tt.wantLen {
 				t.Errorf("got %d thresholds %v, want %d", len(ths), ths, tt.wantLen)
+			}
+		})
+	}
+}
+
+// localStorageCapacityIsolation (default true) keeps the eviction manager running
+// without thresholds, since it enforces emptyDir sizeLimits and ephemeral-storage
+// limits; with it off and no thresholds there is no manager.
+func TestEvictionConfigLocalStorageCapacityIsolation(t *testing.T) {
+	noThresholds := map[string]string{"memory.available": "0%"}
+	tests := []struct {
+		name          string
+		hard          map[string]string
+		isolation     *bool
+		wantManager   bool
+		wantIsolation bool
+	}{
+		{name: "defaults", wantManager: true, wantIsolation: true},
+		{name: "no thresholds, isolation defaulted on", hard: noThresholds, wantManager: true, wantIsolation: true},
+		{name: "no thresholds, isolation off", hard: noThresholds, isolation: ptr.To(false)},
+		{name: "thresholds, isolation off", isolation: ptr.To(false), wantManager: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kc := &kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: tt.hard, LocalStorageCapacityIsolation: tt.isolation}
+			config.SetDefaults(kc)
+			cfg, err := evictionConfig(kc, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (cfg != nil) != tt.wantManager {
+				t.Fatalf("config = %+v, want a manager: %v", cfg, tt.wantManager)
+			}
+			if cfg != nil && cfg.LocalStorageCapacityIsolation != tt.wantIsolation {
+				t.Errorf("LocalStorageCapacityIsolation = %v, want %v", cfg.LocalStorageCapacityIsolation, tt.wantIsolation)
 			}
 		})
 	}

@@ -73,8 +73,11 @@ type Decision struct {
 	Status           v1.PodStatus
 	EventAnnotations map[string]string
 	// Candidates are the top of the ranking, for the explanation.
-	Candidates  []Candidate
-	Explanation string
+	Candidates []Candidate
+	// LocalStorage are the pods found over their local storage limits; when
+	// any was evicted the cycle decided nothing about node pressure.
+	LocalStorage []LocalStorageViolation
+	Explanation  string
 }
 
 // ReclaimFor returns the node-level reclaim that can relieve sig on this

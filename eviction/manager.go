@@ -2,6 +2,7 @@ package eviction
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -52,6 +53,9 @@ type Config struct {
 	MonitoringInterval       time.Duration // ≤ 0: 10s
 	// NodeRef is the object node-level events are recorded on.
 	NodeRef *v1.ObjectReference
+	// LocalStorageCapacityIsolation enforces emptyDir sizeLimits and
+	// ephemeral-storage limits each cycle, before node pressure.
+	LocalStorageCapacityIsolation bool
 }
 
 // Manager runs the eviction cycle every MonitoringInterval and answers
@@ -167,7 +171,7 @@ func (m *Manager) Admit(pod *v1.Pod) AdmitResult { return Admit(pod, m.Condition
 func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
-	if len(m.cfg.Thresholds) == 0 {
+	if len(m.cfg.Thresholds) == 0 && !m.cfg.LocalStorageCapacityIsolation {
 		return Decision{Explanation: "no thresholds configured"}, nil
 	}
 	stats, err := m.stats.Stats(ctx)
@@ -187,11 +191,20 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 		}
 	}
 
+	pods := m.activePods()
+	// As upstream: pods over their own limits go first, and a cycle that evicted
+	// any leaves node pressure to the next one, measured without them.
+	if vs := DecideLocalStorage(LocalStorageInput{Isolation: m.cfg.LocalStorageCapacityIsolation, Pods: pods, Stats: stats}); len(vs) > 0 {
+		if n, err := m.evictOverLimit(ctx, vs); n > 0 {
+			return Decision{LocalStorage: vs, Explanation: fmt.Sprintf("%d pod(s) evicted for exceeding local storage limits; node pressure is checked next cycle", n)}, err
+		}
+	}
+
 	in := DecideInput{
 		Active:                   res.Active,
 		Observations:             obs,
 		Stats:                    stats,
-		Pods:                     m.activePods(),
+		Pods:                     pods,
 		MaxPodGracePeriodSeconds: m.cfg.MaxPodGracePeriodSeconds,
 		Now:                      m.clock.Now(),
 	}
@@ -228,17 +241,45 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	}
 	klog.InfoS("Eviction manager: evicting pod", "pod", klog.KObj(d.Victim.Pod), "signal", d.Threshold.Signal,
 		"observed", d.Observed.Available.String(), "gracePeriod", d.GracePeriodSeconds, "explanation", d.Explanation)
-	if m.recorder != nil {
-		// Beyond upstream: the event carries the whole decision, not just the status message.
-		m.recorder.AnnotatedEventf(d.Victim.Pod, d.EventAnnotations, v1.EventTypeWarning, Reason, "%s Decision: %s", d.Status.Message, d.Explanation)
+	// Beyond upstream: the event carries the whole decision, not just the status message.
+	return d, m.evict(ctx, d.Victim.Pod, d.GracePeriodSeconds, d.Status, d.Threshold.Signal, d.EventAnnotations,
+		d.Status.Message+" Decision: "+d.Explanation)
+}
+
+// evictOverLimit evicts every non-critical pod in vs and returns how many it tried.
+func (m *Manager) evictOverLimit(ctx context.Context, vs []LocalStorageViolation) (int, error) {
+	var errs []error
+	n := 0
+	for _, v := range vs {
+		if v.Critical {
+			klog.ErrorS(nil, "Eviction manager: cannot evict a critical pod", "pod", klog.KObj(v.Pod), "signal", v.Signal,
+				"name", v.Name, "usage", v.Usage.String(), "limit", v.Limit.String())
+			continue
+		}
+		n++
+		klog.InfoS("Eviction manager: evicting pod over its local storage limit", "pod", klog.KObj(v.Pod), "signal", v.Signal,
+			"name", v.Name, "usage", v.Usage.String(), "limit", v.Limit.String(), "gracePeriod", v.GracePeriodSeconds)
+		// Upstream's event is the status message alone, without annotations.
+		if err := m.evict(ctx, v.Pod, v.GracePeriodSeconds, v.Status, v.Signal, nil, v.Status.Message); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := m.killer.EvictPod(ctx, d.Victim.Pod, d.GracePeriodSeconds, d.Status); err != nil {
-		return d, fmt.Errorf("evicting pod %s: %w", podKey(d.Victim.Pod), err)
+	return n, errors.Join(errs...)
+}
+
+// evict records the Evicted event on pod, stops it with the given grace period and
+// status, and counts the eviction under sig. It returns once the pod is stopped.
+func (m *Manager) evict(ctx context.Context, pod *v1.Pod, grace int64, status v1.PodStatus, sig Signal, annotations map[string]string, event string) error {
+	if m.recorder != nil {
+		m.recorder.AnnotatedEventf(pod, annotations, v1.EventTypeWarning, Reason, "%s", event)
+	}
+	if err := m.killer.EvictPod(ctx, pod, grace, status); err != nil {
+		return fmt.Errorf("evicting pod %s: %w", podKey(pod), err)
 	}
 	if m.evictions != nil {
-		m.evictions.WithLabelValues(string(d.Threshold.Signal)).Inc()
+		m.evictions.WithLabelValues(string(sig)).Inc()
 	}
-	return d, nil
+	return nil
 }
 
 func (m *Manager) reclaim(ctx context.Context, kinds []ReclaimKind) {

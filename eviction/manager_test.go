@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ type fakeNode struct {
 	events    []string
 	synced    chan struct{}
 	statsErr  error
+	evictErr  map[string]error // by pod name
 }
 
 func (f *fakeNode) Stats(context.Context) (Stats, error) {
@@ -67,7 +69,7 @@ func (f *fakeNode) EvictPod(_ context.Context, pod *v1.Pod, grace int64, st v1.P
 	f.evicted = append(f.evicted, pod.Name)
 	f.graces = append(f.graces, grace)
 	f.statuses = append(f.statuses, st)
-	return nil
+	return f.evictErr[pod.Name]
 }
 
 func (f *fakeNode) Eventf(_ runtime.Object, eventtype, reason, messageFmt string, args ...any) {
@@ -77,7 +79,10 @@ func (f *fakeNode) Eventf(_ runtime.Object, eventtype, reason, messageFmt string
 }
 
 func (f *fakeNode) AnnotatedEventf(o runtime.Object, ann map[string]string, eventtype, reason, messageFmt string, args ...any) {
-	f.Eventf(o, eventtype, reason, messageFmt+" starved="+ann[AnnotationStarvedResource], args...)
+	if ann != nil {
+		messageFmt += " starved=" + ann[AnnotationStarvedResource]
+	}
+	f.Eventf(o, eventtype, reason, messageFmt, args...)
 }
 
 func (f *fakeNode) setMemory(ws uint64) {
@@ -282,5 +287,131 @@ func mustManager(t *testing.T) func(*Manager, error) *Manager {
 			t.Fatal(err)
 		}
 		return m
+	}
+}
+
+// Pods over their local storage limits are evicted before node pressure is looked
+// at, all in one cycle, with upstream's status and event; node pressure waits for
+// the next cycle, critical pods are left alone, and none of it runs with
+// localStorageCapacityIsolation off or without stats.
+func TestManagerLocalStorageLimits(t *testing.T) {
+	const mib = 1 << 20
+	overDir := newPod("over-emptydir", emptyDir("data", "", "10Mi"))
+	overCtr := newPod("over-container", containers("app=10Mi", "big=100Mi"))
+	fine := newPod("fine", containers("app=10Mi"), memReq("1Mi"))
+	critical := newPod("critical", static(), emptyDir("data", "", "10Mi"))
+	stats := func() Stats {
+		s := Stats{Pods: []PodStats{
+			storageStats(overDir, 30*mib, []string{"data=" + fmt.Sprint(30*mib)}),
+			storageStats(overCtr, 20*mib, nil, fmt.Sprintf("app=%d/0", 20*mib), "big=0/0"),
+			storageStats(fine, mib, nil, fmt.Sprintf("app=%d/0", mib)),
+			storageStats(critical, 30*mib, []string{"data=" + fmt.Sprint(30*mib)}),
+		}}
+		for i := range s.Pods {
+			s.Pods[i].MemoryWorkingSet = u(10 * mi)
+		}
+		s.Pods[2].MemoryWorkingSet = u(900 * mi) // the node-pressure victim
+		return s
+	}
+	memPressure := mustParse(t, map[string]string{"memory.available": "<100Mi"})
+	tests := []struct {
+		name        string
+		isolation   bool
+		thresholds  []Threshold
+		evictErr    map[string]error
+		wantEvicted []string
+		wantErr     string
+		// nextCycle is evicted by the following cycle, without the evicted pods.
+		nextCycle string
+	}{
+		{name: "no thresholds configured: limits still enforced", isolation: true,
+			wantEvicted: []string{"over-emptydir", "over-container"}},
+		{name: "under memory pressure too: limits first, node pressure next cycle", isolation: true, thresholds: memPressure,
+			wantEvicted: []string{"over-emptydir", "over-container"}, nextCycle: "fine"},
+		{name: "one eviction fails: the others still happen, the error is returned", isolation: true,
+			evictErr:    map[string]error{"over-emptydir": errors.New("runtime down")},
+			wantEvicted: []string{"over-emptydir", "over-container"}, wantErr: "evicting pod default/over-emptydir: runtime down"},
+		{name: "localStorageCapacityIsolation off, no thresholds: nothing", isolation: false},
+		{name: "localStorageCapacityIsolation off: only node pressure", isolation: false, thresholds: memPressure,
+			wantEvicted: []string{"fine"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := &fakeNode{stats: stats(), evictErr: tt.evictErr}
+			node.setMemory(950 * mi)
+			pods := func() []*v1.Pod {
+				var out []*v1.Pod
+				for _, p := range []*v1.Pod{overDir, overCtr, fine, critical} {
+					if !slices.Contains(node.evicted, p.Name) {
+						out = append(out, p)
+					}
+				}
+				return out
+			}
+			reg := prometheus.NewRegistry()
+			m := mustManager(t)(NewManager(Config{Thresholds: tt.thresholds, LocalStorageCapacityIsolation: tt.isolation},
+				clocktesting.NewFakeClock(t0()), node, node, node, pods, node, WithRegisterer(reg)))
+			d, err := m.Synchronize(context.Background())
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if strings.Join(node.evicted, ",") != strings.Join(tt.wantEvicted, ",") {
+				t.Fatalf("evicted %v, want %v; %s", node.evicted, tt.wantEvicted, d.Explanation)
+			}
+			if !tt.isolation {
+				return
+			}
+			if tt.thresholds != nil && !m.HasCondition(v1.NodeMemoryPressure) {
+				t.Error("MemoryPressure not reported in a cycle that evicted for local storage")
+			}
+			wantMsgs := []string{
+				`Usage of EmptyDir volume "data" exceeds the limit "10Mi". `,
+				`Container app exceeded its local ephemeral storage limit "10Mi". `,
+			}
+			for i, st := range node.statuses {
+				if st.Phase != v1.PodFailed || st.Reason != "Evicted" || st.Message != wantMsgs[i] || len(st.Conditions) != 0 || node.graces[i] != 1 {
+					t.Errorf("eviction %d: grace %d status %+v, want 1s, Failed/Evicted %q, no condition", i, node.graces[i], st, wantMsgs[i])
+				}
+			}
+			if got, want := strings.Join(node.events, "|"), "Evicted: "+wantMsgs[0]+"|Evicted: "+wantMsgs[1]; got != want {
+				t.Errorf("events %q, want %q", got, want)
+			}
+			for sig, want := range map[Signal]float64{SignalEmptyDirFsLimit: 1, SignalEphemeralContainerFsLimit: 1, SignalMemoryAvailable: 0} {
+				if tt.evictErr != nil && sig == SignalEmptyDirFsLimit {
+					want = 0
+				}
+				if got := testutil.ToFloat64(m.evictions.WithLabelValues(string(sig))); got != want {
+					t.Errorf("kubelet_evictions{eviction_signal=%s} = %v, want %v", sig, got, want)
+				}
+			}
+			if len(d.LocalStorage) != 3 || d.Threshold != nil {
+				t.Errorf("decision: %d local storage violations (want 3, the critical one included), threshold %v", len(d.LocalStorage), d.Threshold)
+			}
+			if tt.nextCycle == "" {
+				return
+			}
+			if _, err := m.Synchronize(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := node.evicted[len(node.evicted)-1]; len(node.evicted) != 3 || got != tt.nextCycle {
+				t.Errorf("next cycle evicted %v, want %s last", node.evicted, tt.nextCycle)
+			}
+		})
+	}
+}
+
+// A critical pod over its limit is not evicted and does not hold up node pressure.
+func TestManagerLocalStorageCriticalPodLeftAlone(t *testing.T) {
+	critical := newPod("critical", static(), emptyDir("data", "", "1Mi"))
+	other := newPod("other")
+	node := &fakeNode{stats: Stats{Pods: []PodStats{storageStats(critical, 2<<20, []string{"data=2097152"}), memStats(other, 100*mi)}}}
+	node.setMemory(950 * mi)
+	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"}), LocalStorageCapacityIsolation: true},
+		clocktesting.NewFakeClock(t0()), node, node, node, func() []*v1.Pod { return []*v1.Pod{critical, other} }, nil))
+	if _, err := m.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(node.evicted, ",") != "other" {
+		t.Errorf("evicted %v, want only the node-pressure victim", node.evicted)
 	}
 }

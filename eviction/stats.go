@@ -33,8 +33,19 @@ type PodStats struct {
 	// LocalVolumeUsedBytes covers the pod's local ephemeral volumes (emptyDir etc.).
 	LocalVolumeUsedBytes *uint64
 	LocalVolumeInodes    *uint64
-	Processes            *uint64
-	Containers           []ContainerStats
+	// Volumes are the pod's volumes measured on nodefs, by name.
+	Volumes []VolumeStats
+	// EphemeralStorageUsedBytes is the pod's local ephemeral storage as the stats
+	// count it: writable layers, logs, local ephemeral volumes, /etc/hosts.
+	EphemeralStorageUsedBytes *uint64
+	Processes                 *uint64
+	Containers                []ContainerStats
+}
+
+// VolumeStats is the disk usage of one of a pod's volumes.
+type VolumeStats struct {
+	Name      string
+	UsedBytes *uint64
 }
 
 // Stats is what the eviction manager needs of the node each cycle. The agent

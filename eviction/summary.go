@@ -22,7 +22,8 @@ type SummaryInput struct {
 // StatsFromSummary maps the Summary onto the signals' inputs as upstream does:
 // memory from the node's working set, allocatable memory from the "pods" system
 // container, nodefs from node.fs, imagefs/containerfs from node.runtime, PIDs from
-// node.rlimit, and per pod its containers' rootfs/logs plus local volumes.
+// node.rlimit, and per pod its containers' rootfs/logs, its volumes and its
+// ephemeral-storage total.
 func StatsFromSummary(in SummaryInput) Stats {
 	s := in.Summary
 	out := Stats{}
@@ -87,8 +88,12 @@ func StatsFromSummary(in SummaryInput) Stats {
 			for _, v := range ps.VolumeStats {
 				used += deref(v.UsedBytes)
 				inodes += deref(v.InodesUsed)
+				eps.Volumes = append(eps.Volumes, VolumeStats{Name: v.Name, UsedBytes: v.UsedBytes})
 			}
 			eps.LocalVolumeUsedBytes, eps.LocalVolumeInodes = &used, &inodes
+		}
+		if ps.EphemeralStorage != nil {
+			eps.EphemeralStorageUsedBytes = ps.EphemeralStorage.UsedBytes
 		}
 		for _, c := range ps.Containers {
 			cs := ContainerStats{Name: c.Name}

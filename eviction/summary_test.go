@@ -23,8 +23,9 @@ func TestStatsFromSummary(t *testing.T) {
 		},
 		Pods: []statsapi.PodStats{
 			{PodRef: statsapi.PodReference{UID: "uid-a"}, Memory: &statsapi.MemoryStats{WorkingSetBytes: u(200)},
-				VolumeStats: []statsapi.VolumeStats{{FsStats: statsapi.FsStats{UsedBytes: u(10), InodesUsed: u(1)}}, {FsStats: statsapi.FsStats{UsedBytes: u(5)}}},
-				Containers:  []statsapi.ContainerStats{{Name: "app", Rootfs: &statsapi.FsStats{UsedBytes: u(7)}, Logs: &statsapi.FsStats{UsedBytes: u(3)}}}},
+				VolumeStats:      []statsapi.VolumeStats{{Name: "scratch", FsStats: statsapi.FsStats{UsedBytes: u(10), InodesUsed: u(1)}}, {Name: "cfg", FsStats: statsapi.FsStats{UsedBytes: u(5)}}},
+				EphemeralStorage: &statsapi.FsStats{UsedBytes: u(22)},
+				Containers:       []statsapi.ContainerStats{{Name: "app", Rootfs: &statsapi.FsStats{UsedBytes: u(7)}, Logs: &statsapi.FsStats{UsedBytes: u(3)}}}},
 			{PodRef: statsapi.PodReference{UID: "gone"}},
 		},
 	}
@@ -65,6 +66,12 @@ func TestStatsFromSummary(t *testing.T) {
 			p := s.Pods[0]
 			if *p.LocalVolumeUsedBytes != 15 || *p.LocalVolumeInodes != 1 || *p.MemoryWorkingSet != 200 {
 				t.Errorf("pod stats = vol %d/%d mem %d", *p.LocalVolumeUsedBytes, *p.LocalVolumeInodes, *p.MemoryWorkingSet)
+			}
+			if len(p.Volumes) != 2 || p.Volumes[0].Name != "scratch" || *p.Volumes[0].UsedBytes != 10 || p.Volumes[1].Name != "cfg" || *p.Volumes[1].UsedBytes != 5 {
+				t.Errorf("volumes = %+v, want scratch 10 and cfg 5 by name", p.Volumes)
+			}
+			if p.EphemeralStorageUsedBytes == nil || *p.EphemeralStorageUsedBytes != 22 {
+				t.Errorf("ephemeral storage = %v, want the Summary's 22", p.EphemeralStorageUsedBytes)
 			}
 			if used, _ := diskUsage(&p, fsParts{root: true, logs: true, volumes: true}, false); used != 25 {
 				t.Errorf("disk usage = %d, want 25 (volumes 15 + rootfs 7 + logs 3)", used)

@@ -280,7 +280,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		ps.VolumeStats = p.volumeStats(uid, rootDev, mt)
 		ps.Memory = sumMemory(ps.Containers, mt)
 		ps.CPU = sumCPU(ps.Containers, mt)
-		ps.EphemeralStorage = ephemeral(ps, mt)
+		ps.EphemeralStorage = ephemeral(ps, known[uid], p.etcHostsStats(uid, mt), mt)
 		if pod := known[uid]; pod != nil && p.cfg.PodCgroup != nil {
 			if dir := p.cfg.PodCgroup(pod); dir != "" {
 				if m := p.cgroupMemory(dir, mt); m != nil {
@@ -323,23 +323,54 @@ func (p *Provider) volumeStats(uid types.UID, rootDev uint64, mt metav1.Time) []
 	return out
 }
 
-func ephemeral(ps statsapi.PodStats, mt metav1.Time) *statsapi.FsStats {
-	var used, inodes uint64
-	for _, c := range ps.Containers {
-		if c.Rootfs != nil {
-			used += deref(c.Rootfs.UsedBytes)
-			inodes += deref(c.Rootfs.InodesUsed)
-		}
-		if c.Logs != nil {
-			used += deref(c.Logs.UsedBytes)
-			inodes += deref(c.Logs.InodesUsed)
-		}
-	}
-	for _, v := range ps.VolumeStats {
-		used += deref(v.UsedBytes)
-		inodes += deref(v.InodesUsed)
+// etcHostsStats measures the pod's managed /etc/hosts, which upstream counts as
+// the pod's ephemeral storage; nil when the pod has none.
+func (p *Provider) etcHostsStats(uid types.UID, mt metav1.Time) *statsapi.FsStats {
+	used, inodes, err := p.fs.du(filepath.Join(p.cfg.RootDir, "pods", string(uid), "etc-hosts"), 0)
+	if err != nil {
+		return nil
 	}
 	return &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+}
+
+// ephemeral is the pod's local ephemeral storage usage as upstream counts it (and
+// evicts on): the containers' writable layers and logs, the volumes that are local
+// ephemeral storage and the managed /etc/hosts. Only volumes the pod's spec names as
+// local ephemeral count; without the spec (a pod nodelet does not know) none do.
+func ephemeral(ps statsapi.PodStats, pod *v1.Pod, etcHosts *statsapi.FsStats, mt metav1.Time) *statsapi.FsStats {
+	var used, inodes uint64
+	add := func(fs *statsapi.FsStats) {
+		if fs != nil {
+			used += deref(fs.UsedBytes)
+			inodes += deref(fs.InodesUsed)
+		}
+	}
+	for _, c := range ps.Containers {
+		add(c.Rootfs)
+		add(c.Logs)
+	}
+	if pod != nil {
+		local := map[string]bool{}
+		for _, v := range pod.Spec.Volumes {
+			local[v.Name] = isLocalEphemeralVolume(v)
+		}
+		for _, v := range ps.VolumeStats {
+			if local[v.Name] {
+				add(&v.FsStats)
+			}
+		}
+	}
+	add(etcHosts)
+	return &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+}
+
+// isLocalEphemeralVolume reports whether a volume takes node disk for the pod's
+// lifetime, as upstream decides it: disk-backed emptyDirs, configMaps and gitRepos.
+// Memory- and hugepage-backed emptyDirs are memory; secrets, projected and downward
+// API volumes are tmpfs; persistent volumes are not the pod's ephemeral storage.
+func isLocalEphemeralVolume(v v1.Volume) bool {
+	return v.GitRepo != nil || v.ConfigMap != nil ||
+		(v.EmptyDir != nil && v.EmptyDir.Medium == v1.StorageMediumDefault)
 }
 
 // criSwap maps the runtime's swap usage (containerd 2.x fills it; 1.6 does not).

@@ -153,7 +153,8 @@ func TestSnapshotPodsAndFilesystems(t *testing.T) {
 			FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: imgDir}, UsedBytes: u64(777),
 		}}},
 	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: types.UID("uid-a")}}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: types.UID("uid-a")},
+		Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}}}
 	clk := clocktesting.NewFakeClock(time.Unix(2000, 0))
 
 	for _, dedicated := range []bool{false, true} {
@@ -314,5 +315,97 @@ func TestSwapStats(t *testing.T) {
 	got := criSwap(&runtimeapi.SwapUsage{SwapUsageBytes: u64(10), SwapAvailableBytes: u64(20)}, mt)
 	if got == nil || *got.SwapUsageBytes != 10 || *got.SwapAvailableBytes != 20 {
 		t.Errorf("criSwap = %+v, want used 10 available 20", got)
+	}
+}
+
+// mapFs is a filesystem of fixed sizes: du answers from sizes, readDir from dirs.
+type mapFs struct {
+	sizes map[string]uint64
+	dirs  map[string][]string
+}
+
+func (m mapFs) statfs(string) (statsapi.FsStats, uint64, error) {
+	return statsapi.FsStats{CapacityBytes: ptrTo[uint64](1 << 30), AvailableBytes: ptrTo[uint64](1 << 29)}, 1, nil
+}
+
+func (m mapFs) du(dir string, _ uint64) (uint64, uint64, error) {
+	if b, ok := m.sizes[dir]; ok {
+		return b, 1, nil
+	}
+	return 0, 0, os.ErrNotExist
+}
+
+func (m mapFs) readDir(dir string) ([]string, error) { return m.dirs[dir], nil }
+
+// The pod's ephemeral-storage figure (what the pod-level ephemeral-storage limit is
+// enforced on) counts what upstream counts: writable layers, logs, disk-backed
+// emptyDirs, configMaps and /etc/hosts; not memory-backed emptyDirs, secrets or
+// persistent volumes, even when their directories are on nodefs.
+func TestEphemeralStorageCountsLocalEphemeralVolumes(t *testing.T) {
+	const root, logs = "/root", "/logs"
+	vols := root + "/pods/uid-a/volumes/"
+	mfs := mapFs{
+		sizes: map[string]uint64{
+			vols + "kubernetes.io~empty-dir/scratch": 1000,
+			vols + "kubernetes.io~empty-dir/shm":     20000, // medium Memory, here on nodefs
+			vols + "kubernetes.io~configmap/cfg":     300,
+			vols + "kubernetes.io~secret/creds":      40000, // on disk without tmpfs
+			vols + "kubernetes.io~csi/data":          500000,
+			root + "/pods/uid-a/etc-hosts":           7,
+			logs + "/ns_a_uid-a/app":                 50,
+		},
+		dirs: map[string][]string{
+			root + "/pods/uid-a/volumes":     {"kubernetes.io~empty-dir", "kubernetes.io~configmap", "kubernetes.io~secret", "kubernetes.io~csi"},
+			vols + "kubernetes.io~empty-dir": {"scratch", "shm"},
+			vols + "kubernetes.io~configmap": {"cfg"},
+			vols + "kubernetes.io~secret":    {"creds"},
+			vols + "kubernetes.io~csi":       {"data"},
+		},
+	}
+	vol := func(name string, src v1.VolumeSource) v1.Volume { return v1.Volume{Name: name, VolumeSource: src} }
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"}, Spec: v1.PodSpec{Volumes: []v1.Volume{
+		vol("scratch", v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}),
+		vol("shm", v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}),
+		vol("cfg", v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}),
+		vol("creds", v1.VolumeSource{Secret: &v1.SecretVolumeSource{}}),
+		vol("data", v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}),
+	}}}
+	rt := &fakeRuntime{
+		sandboxes: []*runtimeapi.PodSandbox{{Id: "sb", Metadata: &runtimeapi.PodSandboxMetadata{Name: "a", Namespace: "ns", Uid: "uid-a"}, State: runtimeapi.PodSandboxState_SANDBOX_READY}},
+		containers: []*runtimeapi.Container{{Id: "c", PodSandboxId: "sb", Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+			State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: map[string]string{cri.LabelPodUID: "uid-a"}}},
+		stats: []*runtimeapi.ContainerStats{{Attributes: &runtimeapi.ContainerAttributes{Id: "c"},
+			WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: u64(4000)}}},
+		imageFs: &runtimeapi.ImageFsInfoResponse{},
+	}
+	tests := []struct {
+		name  string
+		known []*v1.Pod
+		want  uint64
+	}{
+		{name: "spec known", known: []*v1.Pod{pod}, want: 4000 + 50 + 1000 + 300 + 7},
+		{name: "spec unknown: no volume counts", want: 4000 + 50 + 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(Config{RootDir: root, PodLogsDir: logs, ProcRoot: t.TempDir()}, rt, func() []*v1.Pod { return tt.known }, clocktesting.NewFakeClock(time.Unix(2000, 0)))
+			p.fs = mfs
+			snap, err := p.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Summary.Pods) != 1 {
+				t.Fatalf("pods = %+v", snap.Summary.Pods)
+			}
+			ps := snap.Summary.Pods[0]
+			if got := *ps.EphemeralStorage.UsedBytes; got != tt.want {
+				t.Errorf("ephemeral-storage used = %d, want %d", got, tt.want)
+			}
+			// Every volume on nodefs is still reported by name: the emptyDir sizeLimit
+			// check reads its volume's figure from here.
+			if len(ps.VolumeStats) != 5 {
+				t.Errorf("volume stats = %d entries, want all 5", len(ps.VolumeStats))
+			}
+		})
 	}
 }

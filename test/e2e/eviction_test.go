@@ -403,3 +403,100 @@ func memTotal(t *testing.T) int64 {
 	t.Fatal("no MemTotal in /proc/meminfo")
 	return 0
 }
+
+// TestEvictionLocalStorageLimits: with localStorageCapacityIsolation (the default) and no
+// node pressure, a pod writing 30 MiB into an emptyDir with sizeLimit 10Mi, and a pod
+// whose container writes 30 MiB into its writable layer past its 10Mi ephemeral-storage
+// limit, are evicted with upstream's messages; a pod within its limits runs on. The
+// writer's pod has a second, idle container with a large limit, so the pod's total stays
+// within the sum of its containers' limits and the container check (which upstream runs
+// after the pod total) is the one that fires. The rig keeps images on nodefs: with a
+// dedicated imagefs the writable layer would not count for the container.
+func TestEvictionLocalStorageLimits(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	ns := f.NewNamespace()
+	n := startNode(t, f, framework.NodeletOptions{})
+
+	limit := func(q string) v1.ResourceRequirements {
+		return v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(q)}}
+	}
+	withEmptyDir := func(p *v1.Pod, sizeLimit string) *v1.Pod {
+		q := resource.MustParse(sizeLimit)
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &q}}}}
+		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		return p
+	}
+	fill := func(path string, mib int) string {
+		return fmt.Sprintf("dd if=/dev/zero of=%s bs=1M count=%d && sync && sleep 3600", path, mib)
+	}
+
+	within := withEmptyDir(f.BusyboxPod(ns, "within", "sh", "-c", fill("/data/fill", 5)+" & "+fill("/fill", 5)), "50Mi")
+	within.Spec.Containers[0].Resources = limit("50Mi")
+	f.CreatePod(ctx, within)
+	f.WaitForPodReady(ctx, ns, "within", time.Minute)
+
+	overDir := withEmptyDir(f.BusyboxPod(ns, "emptydir-over", "sh", "-c", fill("/data/fill", 30)), "10Mi")
+	overCtr := f.BusyboxPod(ns, "container-over", "sh", "-c", fill("/fill", 30))
+	overCtr.Spec.Containers[0].Name = "writer"
+	overCtr.Spec.Containers[0].Resources = limit("10Mi")
+	idle := overCtr.Spec.Containers[0]
+	idle.Name, idle.Command, idle.Resources = "idle", []string{"sleep", "3600"}, limit("100Mi")
+	overCtr.Spec.Containers = append(overCtr.Spec.Containers, idle)
+	t0 := time.Now()
+	f.CreatePod(ctx, overDir)
+	f.CreatePod(ctx, overCtr)
+
+	// Usage is measured every eviction cycle (10s); containerd refreshes writable-layer
+	// usage in the background on a similar period. Two minutes is several of both.
+	for name, want := range map[string]string{
+		"emptydir-over":  `Usage of EmptyDir volume "data" exceeds the limit "10Mi". `,
+		"container-over": `Container writer exceeded its local ephemeral storage limit "10Mi". `,
+	} {
+		p := f.WaitForPod(ctx, ns, name, 2*time.Minute, "evicted", func(p *v1.Pod) bool { return p.Status.Reason == "Evicted" })
+		t.Logf("%s evicted %.1fs after creation", name, time.Since(t0).Seconds())
+		checkEvictedOverLimit(ctx, t, f, p, want)
+	}
+
+	w, err := f.Client.CoreV1().Pods(ns).Get(ctx, "within", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Status.Phase != v1.PodRunning || w.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the pod within its limits was disturbed: %s", framework.DescribePod(w))
+	}
+	if logs := n.Logs(); !strings.Contains(logs, "evicting pod over its local storage limit") {
+		t.Errorf("nodelet log has no local storage eviction line")
+	}
+	out := mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+f.Env.NodeName+"/proxy/metrics")
+	for _, m := range []string{`kubelet_evictions{eviction_signal="emptydirfs.limit"} 1`, `kubelet_evictions{eviction_signal="ephemeralcontainerfs.limit"} 1`} {
+		if !strings.Contains(out, "\n"+m) {
+			t.Errorf("/metrics has no %s:\n%s", m, grepLines(out, "kubelet_evictions"))
+		}
+	}
+}
+
+// checkEvictedOverLimit asserts upstream's status for a pod evicted over its own local
+// storage limit: Failed/Evicted with exactly the message, and the same message as the
+// Evicted event. Upstream adds no DisruptionTarget condition for these: the pod failed by
+// its own doing, so a Job's pod failure policy must not treat it as a disruption.
+func checkEvictedOverLimit(ctx context.Context, t *testing.T, f *framework.Framework, p *v1.Pod, message string) {
+	t.Helper()
+	if p.Status.Phase != v1.PodFailed || p.Status.Reason != "Evicted" || p.Status.Message != message {
+		t.Errorf("%s status = %s/%s %q, want Failed/Evicted %q", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message, message)
+	}
+	if slices.ContainsFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return c.Type == v1.DisruptionTarget }) {
+		t.Errorf("%s has a DisruptionTarget condition; upstream sets none for local storage limits: %+v", p.Name, p.Status.Conditions)
+	}
+	var ev *v1.Event
+	_ = framework.WaitFor(ctx, 30*time.Second, "the Evicted event of "+p.Name, func(ctx context.Context) (bool, error) {
+		var err error
+		ev, err = evictedEvent(ctx, f, p.Namespace, p.Name)
+		return ev != nil, err
+	})
+	if ev == nil {
+		t.Errorf("no Evicted event for %s (events: %v)", p.Name, eventReasons(ctx, t, f, p.Namespace, p.Name))
+	} else if ev.Message != message || ev.Type != v1.EventTypeWarning {
+		t.Errorf("%s Evicted event = %s %q, want Warning %q", p.Name, ev.Type, ev.Message, message)
+	}
+}

@@ -77,7 +77,7 @@ func TestKeyringLookup(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var k keyring
 			for _, c := range tt.configs {
-				if err := k.add(auths(c)); err != nil {
+				if err := k.add(auths(c), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -117,7 +117,7 @@ func TestParseDockerConfig(t *testing.T) {
 			cfg, err := parseDockerConfig(&v1.Secret{Data: tt.data})
 			var k keyring
 			if err == nil {
-				err = k.add(cfg)
+				err = k.add(cfg, nil)
 			}
 			if tt.wantErr {
 				if err == nil {

@@ -71,34 +71,49 @@ func Open(ctx context.Context, rootDir string, policy Policy, images ImageStatus
 }
 
 // Verify decides whether a pod may run image (its container's image field),
-// present as imageRef ("" when absent), with the pod's matching pull secrets.
-func (m *Manager) Verify(ctx context.Context, pullPolicy v1.PullPolicy, image, imageRef string, podSecrets []kubeletconfigv1beta1.ImagePullSecret) Decision {
+// present as imageRef ("" when absent). podSecrets lists the pod's pull secrets
+// matching the image; it is called, outside the lock, only when a record could
+// vouch for them, since it reads the secrets from the API server.
+func (m *Manager) Verify(ctx context.Context, pullPolicy v1.PullPolicy, image, imageRef string, podSecrets func() []kubeletconfigv1beta1.ImagePullSecret) Decision {
 	logger := klog.FromContext(ctx)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	in := Input{Policy: m.policy, PullPolicy: pullPolicy, Image: image, Present: imageRef != "", PodSecrets: podSecrets}
+	in := Input{Policy: m.policy, PullPolicy: pullPolicy, Image: image, Present: imageRef != ""}
 	if in.Present && pullPolicy != v1.PullAlways {
-		c := m.recordLocked(ctx, imageRef)
-		in.Record, in.RecordsUnreadable = c.rec, c.unreadable
-		in.PulledByKubelet = c.rec != nil || c.unreadable || m.intents[image] > 0
-		if !in.PulledByKubelet {
-			exists, err := m.store.intentExists(image)
-			if err != nil {
-				logger.Info("Ignoring an unreadable image pull intent", "image", image, "err", err)
-				in.RecordsUnreadable = true
-			}
-			in.PulledByKubelet = exists
+		m.mu.Lock()
+		m.recordsStateLocked(ctx, &in, imageRef)
+		m.mu.Unlock()
+		// Records are replaced, never changed in place: in.Record stays valid.
+		if in.Record != nil && podSecrets != nil {
+			in.PodSecrets = podSecrets()
 		}
 	}
 	d := Decide(in)
 	logger.V(4).Info("Verified image pull credentials", "image", image, "imageRef", imageRef, "action", d.Action, "reason", d.Reason)
 	if d.Learn != nil {
 		creds := &kubeletconfigv1beta1.ImagePullCredentials{KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{*d.Learn}}
-		if err := m.mergeLocked(ctx, image, imageRef, creds); err != nil {
+		m.mu.Lock()
+		err := m.mergeLocked(ctx, image, imageRef, creds)
+		m.mu.Unlock()
+		if err != nil {
 			logger.Error(err, "Failed to record a matching pull secret", "image", image, "imageRef", imageRef)
 		}
 	}
 	return d
+}
+
+// recordsStateLocked fills in what the records say about in.Image as imageRef.
+func (m *Manager) recordsStateLocked(ctx context.Context, in *Input, imageRef string) {
+	c := m.recordLocked(ctx, imageRef)
+	in.Record, in.RecordsUnreadable = c.rec, c.unreadable
+	in.PulledByKubelet = c.rec != nil || c.unreadable || m.intents[in.Image] > 0
+	if in.PulledByKubelet {
+		return
+	}
+	exists, err := m.store.intentExists(in.Image)
+	if err != nil {
+		klog.FromContext(ctx).Info("Ignoring an unreadable image pull intent", "image", in.Image, "err", err)
+		in.RecordsUnreadable = true
+	}
+	in.PulledByKubelet = exists
 }
 
 // RecordPullIntent notes, before a pull, that nodelet is pulling image, so a

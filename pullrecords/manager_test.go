@@ -46,7 +46,7 @@ func hashed(key string) string {
 
 func verify(t *testing.T, m *Manager, pp v1.PullPolicy, secrets ...kubeletconfigv1beta1.ImagePullSecret) Action {
 	t.Helper()
-	return m.Verify(context.Background(), pp, appImage, appRef, secrets).Action
+	return m.Verify(context.Background(), pp, appImage, appRef, func() []kubeletconfigv1beta1.ImagePullSecret { return secrets }).Action
 }
 
 func pulledWith(t *testing.T, m *Manager, creds *kubeletconfigv1beta1.ImagePullCredentials) {

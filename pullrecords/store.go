@@ -93,15 +93,8 @@ func (s *store) writeIntent(image string) error {
 // intentExists reports whether an intent for image is on disk; errUnreadable
 // when a file is there but is not an intent for image.
 func (s *store) intentExists(image string) (bool, error) {
-	data, err := readFile(filepath.Join(s.pullingDir, fileName(image)))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	intent, _, err := s.decodeIntent(data)
-	if err != nil {
+	intent, err := readObject(filepath.Join(s.pullingDir, fileName(image)), s.decodeIntent)
+	if err != nil || intent == nil {
 		return false, err
 	}
 	if intent.Image != image {
@@ -117,15 +110,8 @@ func (s *store) deleteIntent(image string) error {
 // record returns imageRef's record, nil when there is none; errUnreadable
 // when its file does not decode or belongs to another image ID.
 func (s *store) record(imageRef string) (*kubeletconfigv1beta1.ImagePulledRecord, error) {
-	data, err := readFile(filepath.Join(s.pulledDir, fileName(imageRef)))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec, _, err := s.decodeRecord(data)
-	if err != nil {
+	rec, err := readObject(filepath.Join(s.pulledDir, fileName(imageRef)), s.decodeRecord)
+	if err != nil || rec == nil {
 		return nil, err
 	}
 	if rec.ImageRef != imageRef {
@@ -134,40 +120,49 @@ func (s *store) record(imageRef string) (*kubeletconfigv1beta1.ImagePulledRecord
 	return rec, nil
 }
 
+// readObject decodes the file at path; nil when there is none.
+func readObject[T any](path string, decode func([]byte) (*T, bool, error)) (*T, error) {
+	data, err := readFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	obj, _, err := decode(data)
+	return obj, err
+}
+
 func (s *store) writeRecord(rec *kubeletconfigv1beta1.ImagePulledRecord) error {
 	return s.write(s.pulledDir, fileName(rec.ImageRef), rec)
 }
 
-// listIntents returns the decodable intents; bad files are logged and skipped.
+// listIntents returns the decodable intents, migrated to the current version.
 func (s *store) listIntents() []*kubeletconfigv1beta1.ImagePullIntent {
-	var out []*kubeletconfigv1beta1.ImagePullIntent
-	s.walk(s.pullingDir, func(path string, data []byte) {
-		intent, current, err := s.decodeIntent(data)
-		if err != nil {
-			klog.InfoS("Ignoring an unreadable image pull intent", "path", path, "err", err)
-			return
-		}
-		if !current {
-			s.migrate(path, s.pullingDir, fileName(intent.Image), intent)
-		}
-		out = append(out, intent)
-	})
-	return out
+	return loadDir(s, s.pullingDir, s.decodeIntent, func(i *kubeletconfigv1beta1.ImagePullIntent) string { return i.Image })
 }
 
-// migrateRecords rewrites records of older API versions in the current one,
-// logging the ones that do not decode.
+// migrateRecords rewrites records of older API versions in the current one.
 func (s *store) migrateRecords() {
-	s.walk(s.pulledDir, func(path string, data []byte) {
-		rec, current, err := s.decodeRecord(data)
+	loadDir(s, s.pulledDir, s.decodeRecord, func(r *kubeletconfigv1beta1.ImagePulledRecord) string { return r.ImageRef })
+}
+
+// loadDir decodes every record file of dir, logging and skipping the bad ones
+// and rewriting those of older API versions under fileName(key(obj)).
+func loadDir[T runtime.Object](s *store, dir string, decode func([]byte) (T, bool, error), key func(T) string) []T {
+	var out []T
+	s.walk(dir, func(path string, data []byte) {
+		obj, current, err := decode(data)
 		if err != nil {
-			klog.InfoS("Ignoring an unreadable image pulled record", "path", path, "err", err)
+			klog.InfoS("Ignoring an unreadable image pull record", "path", path, "err", err)
 			return
 		}
 		if !current {
-			s.migrate(path, s.pulledDir, fileName(rec.ImageRef), rec)
+			s.migrate(path, dir, fileName(key(obj)), obj)
 		}
+		out = append(out, obj)
 	})
+	return out
 }
 
 func (s *store) migrate(path, dir, name string, obj runtime.Object) {

@@ -68,9 +68,9 @@ func newPrivateRegistryRig(t *testing.T) *privateRegistryRig {
 }
 
 // manager is a fresh podruntime.Manager (a nodelet start) over the rig's root dir.
-func (r *privateRegistryRig) manager(policy kubeletconfigv1beta1.ImagePullCredentialsVerificationPolicy) *Manager {
+func (r *privateRegistryRig) manager(policy kubeletconfigv1beta1.ImagePullCredentialsVerificationPolicy, allowlist ...string) *Manager {
 	r.t.Helper()
-	p, err := pullrecords.NewPolicy(policy, nil)
+	p, err := pullrecords.NewPolicy(policy, allowlist)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -172,17 +172,21 @@ func TestPresentPrivateImageNeedsThePodsCredentials(t *testing.T) {
 // (preloaded) and about one nodelet pulled with a secret, for a pod without one.
 func TestVerificationPolicies(t *testing.T) {
 	for _, tc := range []struct {
+		name                     string
 		policy                   kubeletconfigv1beta1.ImagePullCredentialsVerificationPolicy
+		allowlist                []string
 		wantPreloaded, wantOther string // waiting reason under Never; "" runs
 	}{
-		{kubeletconfigv1beta1.NeverVerify, "", ""},
-		{kubeletconfigv1beta1.NeverVerifyPreloadedImages, "", "ErrImageNeverPull"},
-		{kubeletconfigv1beta1.AlwaysVerify, "ErrImageNeverPull", "ErrImageNeverPull"},
+		{"NeverVerify", kubeletconfigv1beta1.NeverVerify, nil, "", ""},
+		{"NeverVerifyPreloadedImages", kubeletconfigv1beta1.NeverVerifyPreloadedImages, nil, "", "ErrImageNeverPull"},
+		{"NeverVerifyAllowlistedImages, listed", kubeletconfigv1beta1.NeverVerifyAllowlistedImages, []string{"reg.example.com/team/preloaded"}, "", "ErrImageNeverPull"},
+		{"NeverVerifyAllowlistedImages, not listed", kubeletconfigv1beta1.NeverVerifyAllowlistedImages, []string{"reg.example.com/other/*"}, "ErrImageNeverPull", "ErrImageNeverPull"},
+		{"AlwaysVerify", kubeletconfigv1beta1.AlwaysVerify, nil, "ErrImageNeverPull", "ErrImageNeverPull"},
 	} {
-		t.Run(string(tc.policy), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			r := newPrivateRegistryRig(t)
 			r.fake.AddImage("reg.example.com/team/preloaded:1") // there before nodelet, no record
-			m := r.manager(tc.policy)
+			m := r.manager(tc.policy, tc.allowlist...)
 			if got := r.run(m, "tenant-a", "pull", v1.PullIfNotPresent); !got.running {
 				t.Fatalf("A could not pull: %+v", got)
 			}

@@ -34,6 +34,7 @@ import (
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/status"
 	"github.com/nodelet/nodelet/syncloop"
 	"github.com/nodelet/nodelet/volumes"
@@ -217,6 +218,14 @@ func Run(ctx context.Context, opts *config.Options) error {
 	if kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
 		crashMax = kc.CrashLoopBackOff.MaxContainerRestartPeriod.Duration
 	}
+	pullPolicy, err := pullrecords.NewPolicy(kc.ImagePullCredentialsVerificationPolicy, kc.PreloadedImagesVerificationAllowlist)
+	if err != nil {
+		return fmt.Errorf("setting up image pull credential verification: %w", err)
+	}
+	pullRecords, err := pullrecords.Open(ctx, opts.RootDir, pullPolicy, rt, clk)
+	if err != nil {
+		return fmt.Errorf("setting up image pull credential verification: %w", err)
+	}
 	probes := newProbes(rt, recorder, clk)
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RootDir:               opts.RootDir,
@@ -231,6 +240,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		PodCgroups:            podCgroups,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
+		PullRecords:           pullRecords,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	var sources []string

@@ -138,6 +138,7 @@ func TestDefaults(t *testing.T) {
 		{"failCgroupV1", *kc.FailCgroupV1, true},
 		{"logging.format", kc.Logging.Format, "text"},
 		{"enableDebuggingHandlers", *kc.EnableDebuggingHandlers, true},
+		{"imagePullCredentialsVerificationPolicy", kc.ImagePullCredentialsVerificationPolicy, kubeletconfigv1beta1.NeverVerifyPreloadedImages},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -260,6 +261,26 @@ func TestLoadDecodeErrors(t *testing.T) {
 	}
 	if _, err := Load([]string{"--config=/nonexistent/nodelet.yaml"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/nodelet.yaml") {
 		t.Errorf("missing file: got %v", err)
+	}
+}
+
+func TestLoadImagePullCredentialsVerification(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "config.yaml", header+"imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n"+
+		"preloadedImagesVerificationAllowlist:\n- registry.local/pause\n- registry.local/system/*\n")
+	kc := mustLoad(t, "--config="+p).Config
+	if kc.ImagePullCredentialsVerificationPolicy != kubeletconfigv1beta1.NeverVerifyAllowlistedImages ||
+		!slices.Equal(kc.PreloadedImagesVerificationAllowlist, []string{"registry.local/pause", "registry.local/system/*"}) {
+		t.Errorf("policy %q, allowlist %q", kc.ImagePullCredentialsVerificationPolicy, kc.PreloadedImagesVerificationAllowlist)
+	}
+	for doc, want := range map[string]string{
+		"imagePullCredentialsVerificationPolicy: Sometimes\n": "imagePullCredentialsVerificationPolicy: unsupported value",
+		"imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.local/app:1\"]\n": "preloadedImagesVerificationAllowlist[0]:",
+	} {
+		_, err := Load([]string{"--config=" + writeFile(t, dir, "bad.yaml", header+doc)})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one naming %q", doc, err, want)
+		}
 	}
 }
 

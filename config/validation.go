@@ -18,6 +18,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/pullrecords"
 )
 
 // FieldError is one validation failure, naming the configuration field by
@@ -435,6 +437,12 @@ func (v *validator) enums(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 		string(kubeletconfigv1beta1.NeverVerifyAllowlistedImages), string(kubeletconfigv1beta1.AlwaysVerify))
 	if len(kc.PreloadedImagesVerificationAllowlist) > 0 && kc.ImagePullCredentialsVerificationPolicy != kubeletconfigv1beta1.NeverVerifyAllowlistedImages {
 		v.add("preloadedImagesVerificationAllowlist", "can only be set when imagePullCredentialsVerificationPolicy is %q", kubeletconfigv1beta1.NeverVerifyAllowlistedImages)
+	}
+	bad := pullrecords.ValidateAllowlist(kc.PreloadedImagesVerificationAllowlist)
+	for i := range kc.PreloadedImagesVerificationAllowlist {
+		if err := bad[i]; err != nil {
+			v.add(fmt.Sprintf("preloadedImagesVerificationAllowlist[%d]", i), "%v", err)
+		}
 	}
 	if kc.Authentication.Webhook.Enabled != nil && *kc.Authentication.Webhook.Enabled && kc.Authentication.Webhook.CacheTTL.Duration < 0 {
 		v.add("authentication.webhook.cacheTTL", "must not be negative (got %s)", kc.Authentication.Webhook.CacheTTL.Duration)

@@ -115,6 +115,22 @@ func TestValidate(t *testing.T) {
 		{"authorization mode", func(c *kc) { c.Authorization.Mode = "RBAC" }, "authorization.mode: unsupported value"},
 		{"image pull policy", func(c *kc) { c.ImagePullCredentialsVerificationPolicy = "Sometimes" }, "imagePullCredentialsVerificationPolicy: unsupported value"},
 		{"allowlist needs policy", func(c *kc) { c.PreloadedImagesVerificationAllowlist = []string{"registry.local/*"} }, "preloadedImagesVerificationAllowlist:"},
+		{"allowlist with policy", func(c *kc) {
+			c.ImagePullCredentialsVerificationPolicy = kubeletconfigv1beta1.NeverVerifyAllowlistedImages
+			c.PreloadedImagesVerificationAllowlist = []string{"registry.local/*", "registry.local/team/app", "alpine"}
+		}, ""},
+		{"allowlist entry with a tag", func(c *kc) {
+			c.ImagePullCredentialsVerificationPolicy = kubeletconfigv1beta1.NeverVerifyAllowlistedImages
+			c.PreloadedImagesVerificationAllowlist = []string{"registry.local/*", "registry.local/app:1.0"}
+		}, "preloadedImagesVerificationAllowlist[1]: not an image name without tag or digest"},
+		{"allowlist partial wildcard", func(c *kc) {
+			c.ImagePullCredentialsVerificationPolicy = kubeletconfigv1beta1.NeverVerifyAllowlistedImages
+			c.PreloadedImagesVerificationAllowlist = []string{"registry.local/te*"}
+		}, "preloadedImagesVerificationAllowlist[0]: only a trailing whole path segment wildcard"},
+		{"allowlist bare wildcard", func(c *kc) {
+			c.ImagePullCredentialsVerificationPolicy = kubeletconfigv1beta1.NeverVerifyAllowlistedImages
+			c.PreloadedImagesVerificationAllowlist = []string{"/*"}
+		}, "preloadedImagesVerificationAllowlist[0]: at least a registry host is required"},
 		{"cluster dns not an ip", func(c *kc) { c.ClusterDNS = []string{"10.0.0.10", "dns"} }, "clusterDNS[1]:"},
 		{"address not an ip", func(c *kc) { c.Address = "localhost" }, "address:"},
 		{"pod logs dir relative", func(c *kc) { c.PodLogsDir = "logs" }, "podLogsDir: must be an absolute path"},

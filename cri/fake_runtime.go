@@ -38,7 +38,8 @@ import (
 //     status, start, stop, update and exec of an unknown ID fail with NotFound.
 //   - StopContainer and StopPodSandbox end running containers with exit code
 //     137, reason "Error", immediately (the grace period is not waited for).
-//   - PullImage succeeds for any reference; use InjectError to make it fail.
+//   - PullImage succeeds for any reference; use InjectError to make it fail, or
+//     RequireAuth to make a repository private (then only its credential pulls).
 //   - Stats, streaming (Exec/Attach/PortForward URLs), checkpoint/restore and
 //     the Stream* list RPCs answer Unimplemented.
 type FakeRuntime struct {
@@ -55,8 +56,9 @@ type FakeRuntime struct {
 	conditions  map[string]*runtimeapi.RuntimeCondition
 	sandboxes   map[string]*fakeSandbox
 	containers  map[string]*fakeContainer
-	images      map[string]*runtimeapi.Image // by image ID
-	names       map[string]string            // reserved sandbox/container names → ID
+	images      map[string]*runtimeapi.Image      // by image ID
+	private     map[string]*runtimeapi.AuthConfig // repository → the credential it accepts
+	names       map[string]string                 // reserved sandbox/container names → ID
 	calls       []string
 	injected    map[string][]error
 	delays      map[string]time.Duration
@@ -119,6 +121,7 @@ func NewFakeRuntime(t testing.TB) *FakeRuntime {
 		sandboxes:   map[string]*fakeSandbox{},
 		containers:  map[string]*fakeContainer{},
 		images:      map[string]*runtimeapi.Image{},
+		private:     map[string]*runtimeapi.AuthConfig{},
 		names:       map[string]string{},
 		injected:    map[string][]error{},
 		delays:      map[string]time.Duration{},
@@ -212,6 +215,15 @@ func (f *FakeRuntime) AddImage(ref string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.addImageLocked(ref)
+}
+
+// RequireAuth makes repo (an image reference without tag or digest, as pods
+// write it) private, like a registry with basic auth: PullImage of it then
+// fails without username and password. Images already present stay usable.
+func (f *FakeRuntime) RequireAuth(repo, username, password string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.private[repo] = &runtimeapi.AuthConfig{Username: username, Password: password}
 }
 
 // ExitContainer makes a running container exit with code and reason ("" means
@@ -331,6 +343,15 @@ func normalizeRef(ref string) string {
 	}
 	if i, j := strings.LastIndex(ref, ":"), strings.LastIndex(ref, "/"); i <= j {
 		return ref + ":latest"
+	}
+	return ref
+}
+
+// repository strips the tag and digest from ref.
+func repository(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i, j := strings.LastIndex(ref, ":"), strings.LastIndex(ref, "/"); i > j {
+		return ref[:i]
 	}
 	return ref
 }
@@ -867,6 +888,13 @@ func (f *FakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequ
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if want, ok := f.private[repository(ref)]; ok {
+		if got := req.GetAuth(); got.GetUsername() != want.Username || got.GetPassword() != want.Password {
+			// containerd's wording when the registry answers 401.
+			return nil, status.Errorf(codes.Unknown, "failed to pull and unpack image %q: failed to resolve reference %q: "+
+				"pull access denied, repository does not exist or may require authorization: authorization failed", ref, ref)
+		}
+	}
 	return &runtimeapi.PullImageResponse{ImageRef: f.addImageLocked(ref).Id}, nil
 }
 

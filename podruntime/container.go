@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,12 +16,14 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
+	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/volumes"
 )
 
@@ -342,7 +345,9 @@ func imageBackoffKey(pod *v1.Pod, c *v1.Container) string {
 }
 
 // ensureImage makes sure the container's image is present according to its pull
-// policy, and returns its reference.
+// policy, and returns its reference. With pull records, a present image is used
+// only when the pod's credentials are good for it (or the policy exempts it);
+// otherwise it is pulled with the pod's own credentials, or refused under Never.
 func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
 	if c.Image == "" {
 		return "", &podstatus.Waiting{Reason: "InvalidImageName", Message: "container has no image"}, fmt.Errorf("container %s has no image", c.Name)
@@ -359,14 +364,26 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 			present = resp.GetImage().GetId()
 		}
 	}
+	// Secrets are fetched from the API server: at most once, and only when needed.
+	creds := sync.OnceValue(func() []trackedAuth { return m.pullCredentials(ctx, pod, c.Image) })
+	records := m.cfg.PullRecords
 	if present != "" {
-		m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
-		return present, nil, nil
-	}
-	if policy == v1.PullNever {
-		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
-		return "", &podstatus.Waiting{Reason: "ErrImageNeverPull", Message: msg}, fmt.Errorf("%s: %w", msg, errNeverPull)
+		if records == nil {
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+			return present, nil, nil
+		}
+		d := records.Verify(ctx, policy, c.Image, present, func() []kubeletconfigv1beta1.ImagePullSecret { return podSecrets(creds()) })
+		switch d.Action {
+		case pullrecords.UsePresent:
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine and can be accessed by the pod", c.Image)
+			return present, nil, nil
+		case pullrecords.RefuseNeverPull:
+			klog.FromContext(ctx).V(2).Info("Refusing a present image", "pod", klog.KObj(pod), "image", c.Image, "reason", d.Reason)
+			return m.neverPull(pod, c)
+		}
+		klog.FromContext(ctx).V(2).Info("Pulling a present image to verify the pod's credentials", "pod", klog.KObj(pod), "image", c.Image, "reason", d.Reason)
+	} else if policy == v1.PullNever {
+		return m.neverPull(pod, c)
 	}
 	key := imageBackoffKey(pod, c)
 	if m.imageBackoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
@@ -374,7 +391,7 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
 		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
 	}
-	creds := m.pullCredentials(ctx, pod, c.Image)
+	auths := creds()
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	queued := m.clock.Now()
 	select {
@@ -382,9 +399,23 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	case <-ctx.Done():
 		return "", nil, ctx.Err()
 	}
+	if records != nil {
+		if err := records.RecordPullIntent(ctx, c.Image); err != nil {
+			<-m.pullSlots
+			msg := fmt.Sprintf("Failed to record image pull intent for container image %q: %v", c.Image, err)
+			return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: msg}, fmt.Errorf("pulling image %s: %w", c.Image, err)
+		}
+	}
 	start := m.clock.Now()
-	ref, err := m.pullWithCredentials(ctx, spec, creds, sbCfg)
+	ref, used, err := m.pullWithCredentials(ctx, spec, auths, sbCfg)
 	<-m.pullSlots
+	if records != nil {
+		if err != nil {
+			records.RecordImagePullFailed(ctx, c.Image)
+		} else {
+			records.RecordImagePulled(ctx, c.Image, ref, pulledWith(used))
+		}
+	}
 	if err != nil {
 		m.imageBackoff.Next(key, m.clock.Now())
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
@@ -396,22 +427,33 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	return ref, nil, nil
 }
 
+// neverPull fails a container whose image may not be pulled. A present image
+// the pod may not use gets the same words as an absent one, as upstream: the
+// pod must not learn that the image is on the node.
+func (m *Manager) neverPull(pod *v1.Pod, c *v1.Container) (string, *podstatus.Waiting, error) {
+	msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+	m.recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
+	return "", &podstatus.Waiting{Reason: "ErrImageNeverPull", Message: msg}, fmt.Errorf("%s: %w", msg, errNeverPull)
+}
+
 // pullWithCredentials pulls anonymously when no credential applies, otherwise
 // tries each matching credential in turn (most specific first) as upstream
-// does, returning the aggregate of their errors when all fail.
-func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.ImageSpec, creds []*runtimeapi.AuthConfig, sbCfg *runtimeapi.PodSandboxConfig) (string, error) {
+// does, returning the aggregate of their errors when all fail. It says which
+// credential pulled (nil: anonymous).
+func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.ImageSpec, creds []trackedAuth, sbCfg *runtimeapi.PodSandboxConfig) (string, *trackedAuth, error) {
 	if len(creds) == 0 {
-		return m.img.PullImage(ctx, spec, nil, sbCfg)
+		ref, err := m.img.PullImage(ctx, spec, nil, sbCfg)
+		return ref, nil, err
 	}
 	var errs []error
-	for _, auth := range creds {
-		ref, err := m.img.PullImage(ctx, spec, auth, sbCfg)
+	for i := range creds {
+		ref, err := m.img.PullImage(ctx, spec, creds[i].AuthConfig, sbCfg)
 		if err == nil {
-			return ref, nil
+			return ref, &creds[i], nil
 		}
 		errs = append(errs, err)
 	}
-	return "", utilerrors.NewAggregate(errs)
+	return "", nil, utilerrors.NewAggregate(errs)
 }
 
 // imageSize reports the pulled image's size for the Pulled event; 0 if unknown.

@@ -18,12 +18,14 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
+	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/volumes"
 )
 
@@ -81,6 +83,17 @@ type Config struct {
 	// Probes, when set, says which running containers failed liveness or startup,
 	// and which sidecars have started.
 	Probes ProbeResults
+	// PullRecords, when set, records which credentials pulled which image and
+	// decides whether a pod may use an image already present (KEP-2535).
+	PullRecords PullRecords
+}
+
+// PullRecords is the image pull credential verification (pullrecords.Manager).
+type PullRecords interface {
+	Verify(ctx context.Context, pullPolicy v1.PullPolicy, image, imageRef string, podSecrets func() []kubeletconfigv1beta1.ImagePullSecret) pullrecords.Decision
+	RecordPullIntent(ctx context.Context, image string) error
+	RecordImagePulled(ctx context.Context, image, imageRef string, creds *kubeletconfigv1beta1.ImagePullCredentials)
+	RecordImagePullFailed(ctx context.Context, image string)
 }
 
 // PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).

@@ -2,7 +2,9 @@ package podruntime
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
 // defaultRegistryHost is the key Docker's config files use for Docker Hub
@@ -31,18 +34,27 @@ type dockerConfigEntry struct {
 	RegistryToken string `json:"registrytoken,omitempty"`
 }
 
+// trackedAuth is a registry credential and, when it came from a pod's pull
+// secret, that secret's coordinates and the credential's hash (what the pull
+// records remember instead of the credential).
+type trackedAuth struct {
+	*runtimeapi.AuthConfig
+	secret *kubeletconfigv1beta1.ImagePullSecret // nil when not from a pod secret
+}
+
 // keyring holds registry credentials indexed by schemeless location
 // ("host[:port][/path]"), most specific first as upstream's keyring orders them.
 type keyring struct {
 	index []string
-	creds map[string][]*runtimeapi.AuthConfig
+	creds map[string][]trackedAuth
 }
 
 // add records the entries of one docker config, keyed as the docker client does:
-// the scheme and a leading /v1/ or /v2/ are ignored.
-func (k *keyring) add(cfg map[string]dockerConfigEntry) error {
+// the scheme and a leading /v1/ or /v2/ are ignored. src names the pull secret
+// the config came from (nil for none).
+func (k *keyring) add(cfg map[string]dockerConfigEntry, src *kubeletconfigv1beta1.ImagePullSecret) error {
 	if k.creds == nil {
-		k.creds = map[string][]*runtimeapi.AuthConfig{}
+		k.creds = map[string][]trackedAuth{}
 	}
 	locs := make([]string, 0, len(cfg))
 	for loc := range cfg {
@@ -51,7 +63,7 @@ func (k *keyring) add(cfg map[string]dockerConfigEntry) error {
 	sort.Strings(locs) // deterministic order of credentials under one key
 	type cred struct {
 		key  string
-		auth *runtimeapi.AuthConfig
+		auth trackedAuth
 	}
 	// Parse everything first so a malformed entry leaves the keyring untouched.
 	var parsed []cred
@@ -87,10 +99,16 @@ func (k *keyring) add(cfg map[string]dockerConfigEntry) error {
 		}
 		// ServerAddress stays empty: the runtime applies the auth to the image's own
 		// registry, and containerd 1.6 rejects a schemeless host:port there.
-		parsed = append(parsed, cred{key: key, auth: &runtimeapi.AuthConfig{
+		auth := trackedAuth{AuthConfig: &runtimeapi.AuthConfig{
 			Username: e.Username, Password: e.Password, Auth: e.Auth,
 			IdentityToken: e.IdentityToken, RegistryToken: e.RegistryToken,
-		}})
+		}}
+		if src != nil {
+			tracked := *src
+			tracked.CredentialHash = credentialHash(e)
+			auth.secret = &tracked
+		}
+		parsed = append(parsed, cred{key: key, auth: auth})
 	}
 	for _, c := range parsed {
 		if _, seen := k.creds[c.key]; !seen {
@@ -106,8 +124,8 @@ func (k *keyring) add(cfg map[string]dockerConfigEntry) error {
 // lookup returns the credentials whose location matches repo (a normalized
 // "host/path" without tag or digest), most specific first. Docker Hub images
 // fall back to index.docker.io entries.
-func (k *keyring) lookup(repo string) []*runtimeapi.AuthConfig {
-	var out []*runtimeapi.AuthConfig
+func (k *keyring) lookup(repo string) []trackedAuth {
+	var out []trackedAuth
 	for _, key := range k.index {
 		if locationMatches(key, repo) {
 			out = append(out, k.creds[key]...)
@@ -120,6 +138,25 @@ func (k *keyring) lookup(repo string) []*runtimeapi.AuthConfig {
 		return k.creds[defaultRegistryHost]
 	}
 	return nil
+}
+
+// credentialHash identifies a credential without keeping it: the SHA-256 of
+// the JSON upstream's kubelet hashes (username, password, email; auth decoded
+// into the first two), so records match across the two agents. Tokens, which
+// upstream leaves out, are added only when set.
+func credentialHash(e dockerConfigEntry) string {
+	data, err := json.Marshal(struct {
+		Username      string `json:"username,omitempty"`
+		Password      string `json:"password,omitempty"`
+		Email         string `json:"email,omitempty"`
+		IdentityToken string `json:"identitytoken,omitempty"`
+		RegistryToken string `json:"registrytoken,omitempty"`
+	}{e.Username, e.Password, e.Email, e.IdentityToken, e.RegistryToken})
+	if err != nil {
+		return "" // an empty hash never matches a record
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // locationMatches says whether the keyring location glob covers repo: same
@@ -211,7 +248,7 @@ func parseDockerConfig(s *v1.Secret) (map[string]dockerConfigEntry, error) {
 // pullCredentials returns the credentials of the pod's imagePullSecrets that
 // apply to image. Missing or malformed secrets are skipped (upstream pulls
 // without them) but reported, so a typo in a secret name is visible.
-func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string) []*runtimeapi.AuthConfig {
+func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string) []trackedAuth {
 	if len(pod.Spec.ImagePullSecrets) == 0 || m.env == nil {
 		return nil
 	}
@@ -231,7 +268,7 @@ func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string
 		}
 		cfg, err := parseDockerConfig(s)
 		if err == nil {
-			err = k.add(cfg)
+			err = k.add(cfg, &kubeletconfigv1beta1.ImagePullSecret{UID: string(s.UID), Namespace: pod.Namespace, Name: ref.Name})
 		}
 		if err != nil {
 			klog.InfoS("Ignoring a malformed pull secret", "pod", klog.KObj(pod), "secret", klog.KRef(pod.Namespace, ref.Name), "err", err)
@@ -239,4 +276,25 @@ func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string
 		}
 	}
 	return k.lookup(normalizeRepo(image))
+}
+
+// podSecrets lists the pod secrets among creds, as the pull records know them.
+func podSecrets(creds []trackedAuth) []kubeletconfigv1beta1.ImagePullSecret {
+	var out []kubeletconfigv1beta1.ImagePullSecret
+	for _, c := range creds {
+		if c.secret != nil {
+			out = append(out, *c.secret)
+		}
+	}
+	return out
+}
+
+// pulledWith says what a successful pull with used (nil: anonymous) lets other
+// pods do: a pod secret's credential is recorded as that secret, anything else
+// makes the image usable by every pod on the node.
+func pulledWith(used *trackedAuth) *kubeletconfigv1beta1.ImagePullCredentials {
+	if used == nil || used.secret == nil {
+		return &kubeletconfigv1beta1.ImagePullCredentials{NodePodsAccessible: true}
+	}
+	return &kubeletconfigv1beta1.ImagePullCredentials{KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{*used.secret}}
 }

@@ -2,7 +2,9 @@ package podruntime
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -77,7 +80,7 @@ func TestKeyringLookup(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var k keyring
 			for _, c := range tt.configs {
-				if err := k.add(auths(c)); err != nil {
+				if err := k.add(auths(c), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -117,7 +120,7 @@ func TestParseDockerConfig(t *testing.T) {
 			cfg, err := parseDockerConfig(&v1.Secret{Data: tt.data})
 			var k keyring
 			if err == nil {
-				err = k.add(cfg)
+				err = k.add(cfg, nil)
 			}
 			if tt.wantErr {
 				if err == nil {
@@ -242,5 +245,42 @@ func TestEnsureImagePassesPullSecrets(t *testing.T) {
 				pos += i + len(want)
 			}
 		})
+	}
+}
+
+// Keyring entries from a pull secret carry its coordinates and a hash that
+// equals upstream's (SHA-256 of {"username","password"[,"email"]}), so records
+// written by either agent match; entries without a secret record as node-wide.
+func TestTrackedCredentials(t *testing.T) {
+	src := &kubeletconfigv1beta1.ImagePullSecret{Namespace: "ns", Name: "reg", UID: "uid-1"}
+	var k keyring
+	if err := k.add(map[string]dockerConfigEntry{
+		"reg.example.com":  {Auth: base64.StdEncoding.EncodeToString([]byte("u:p"))},
+		"mail.example.com": {Username: "u", Password: "p", Email: "e@x"},
+	}, src); err != nil {
+		t.Fatal(err)
+	}
+	hash := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(sum[:])
+	}
+	for repo, want := range map[string]string{
+		"reg.example.com/app":  hash(`{"username":"u","password":"p"}`),
+		"mail.example.com/app": hash(`{"username":"u","password":"p","email":"e@x"}`),
+	} {
+		got := podSecrets(k.lookup(repo))
+		if len(got) != 1 || got[0] != (kubeletconfigv1beta1.ImagePullSecret{Namespace: "ns", Name: "reg", UID: "uid-1", CredentialHash: want}) {
+			t.Errorf("%s: pod secrets %+v, want ns/reg/uid-1 with hash %s", repo, got, want)
+		}
+	}
+	if src.CredentialHash != "" {
+		t.Error("add modified its source")
+	}
+	creds := k.lookup("reg.example.com/app")
+	if got := pulledWith(&creds[0]); len(got.KubernetesSecrets) != 1 || got.NodePodsAccessible {
+		t.Errorf("pulled with a pod secret: %+v", got)
+	}
+	if got := pulledWith(nil); !got.NodePodsAccessible || len(got.KubernetesSecrets) != 0 {
+		t.Errorf("pulled anonymously: %+v", got)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // TestImagePullFromRegistry pulls from the rig's local registry (htpasswd auth, plain
 // HTTP): with an imagePullSecret the pull succeeds; without it, and for a missing tag,
 // the container waits in ErrImagePull then ImagePullBackOff; IfNotPresent with the image
-// present does not pull at all.
+// present and the secret that pulled it does not pull at all.
 func TestImagePullFromRegistry(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -113,11 +113,12 @@ func TestImagePullFromRegistry(t *testing.T) {
 	}
 	t.Logf("missing tag: ErrImagePull: %s", notFound.Message)
 
-	// (d) IfNotPresent with the image present (pulled by (a)): no pull, no secret needed.
-	f.CreatePod(ctx, pod("present", image, v1.PullIfNotPresent, false))
+	// (d) IfNotPresent with the image present (pulled by (a)) and the same secret: no pull.
+	// Without the secret the pod would have to pull (imagePullCredentialsVerificationPolicy).
+	f.CreatePod(ctx, pod("present", image, v1.PullIfNotPresent, true))
 	f.WaitForPodReady(ctx, ns, "present", time.Minute)
 	ev := waitForEvent(ctx, t, f, ns, "present", "Pulled", 30*time.Second)
-	if want := fmt.Sprintf("Container image %q already present on machine", image); ev.Message != want {
+	if want := fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", image); ev.Message != want {
 		t.Errorf("Pulled event %q, want %q", ev.Message, want)
 	}
 	if reasons := eventReasons(ctx, t, f, ns, "present"); slices.Contains(reasons, "Pulling") {

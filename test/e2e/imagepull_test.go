@@ -22,7 +22,9 @@ import (
 // TestImagePullFromRegistry pulls from the rig's local registry (htpasswd auth, plain
 // HTTP): with an imagePullSecret the pull succeeds; without it, and for a missing tag,
 // the container waits in ErrImagePull then ImagePullBackOff; IfNotPresent with the image
-// present and the secret that pulled it does not pull at all.
+// present and the secret that pulled it does not pull at all; without the secret the present
+// private image is not lent to the pod (IfNotPresent re-pulls and is refused, Never says
+// the image is not present).
 func TestImagePullFromRegistry(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -125,12 +127,41 @@ func TestImagePullFromRegistry(t *testing.T) {
 		t.Errorf("IfNotPresent with the image present pulled anyway: events %v", reasons)
 	}
 
-	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present"} {
+	// (e) the image is present (pulled by (a) with the secret), IfNotPresent, no secret: the
+	// pod may not borrow (a)'s credentials (imagePullCredentialsVerificationPolicy, default
+	// NeverVerifyPreloadedImages): it re-pulls with its own (none) and the registry refuses.
+	seen = watchWaiting(ctx, t, f, ns, "borrow", time.Minute, "ErrImagePull")
+	f.CreatePod(ctx, pod("borrow", image, v1.PullIfNotPresent, false))
+	borrow := (<-seen)["ErrImagePull"]
+	if m := strings.ToLower(borrow.Message); !strings.Contains(m, "401") && !strings.Contains(m, "unauthorized") {
+		t.Errorf("IfNotPresent without the secret: ErrImagePull %q, want the registry's refusal", borrow.Message)
+	}
+	t.Logf("present private image, no secret, IfNotPresent: ErrImagePull: %s", borrow.Message)
+
+	// (f) the same with Never: refused with upstream's not-present wording (the pod must not
+	// learn that the image is on the node).
+	seen = watchWaiting(ctx, t, f, ns, "borrow-never", time.Minute, "ErrImageNeverPull")
+	f.CreatePod(ctx, pod("borrow-never", image, v1.PullNever, false))
+	never := (<-seen)["ErrImageNeverPull"]
+	if want := fmt.Sprintf("Container image %q is not present with pull policy of Never", image); never.Message != want {
+		t.Errorf("Never without the secret: ErrImageNeverPull %q, want %q", never.Message, want)
+	}
+	for _, name := range []string{"borrow", "borrow-never"} {
+		p, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("getting pod %s: %v", name, err)
+		}
+		if p.Status.Phase == v1.PodRunning {
+			t.Errorf("pod %s without the secret runs the private image", name)
+		}
+	}
+
+	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present", "borrow", "borrow-never"} {
 		if err := f.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Errorf("deleting %s: %v", name, err)
 		}
 	}
-	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present"} {
+	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present", "borrow", "borrow-never"} {
 		f.WaitForPodGone(ctx, ns, name, time.Minute)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -289,7 +288,7 @@ func sarKey(s authorizationv1.SubjectAccessReviewSpec) string {
 	return b.String()
 }
 
-// ---------------------------------------------------------------- request -> attributes
+// ---------------------------------------------------------------- route -> attributes
 
 // verbFor maps the HTTP method to the API verb as upstream does. A websocket upgrade
 // arrives as GET and is authorized as get (upstream keeps that; see kubernetes#136550).
@@ -314,78 +313,67 @@ func isSubpath(p, prefix string) bool {
 	return p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
-// RequestAttributes returns the attribute records a request is authorized against, in
-// order: a fine-grained subresource first where upstream has one (KubeletFineGrainedAuthz:
-// /pods -> pods, /healthz -> healthz, /configz -> configz), then the coarse one
-// (stats, metrics, log, spec, checkpoint, or proxy for everything else). Any allowed record
-// lets the request through.
-func RequestAttributes(u *User, nodeName string, r *http.Request) []Attributes {
-	p := path.Clean(r.URL.Path)
-	base := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: nodeName, Path: r.URL.Path}
-	var subs []string
+// subresourcesFor returns the subresources a registered ServeMux pattern is authorized
+// against, in order: a fine-grained one first where upstream has one
+// (KubeletFineGrainedAuthz: /pods and /runningpods -> pods, /healthz -> healthz,
+// /configz -> configz), then the coarse one (stats, metrics, log, spec, checkpoint, or
+// proxy for everything else). It reads the pattern, never a request path: a pattern is
+// literal and clean, while a request path can be spelled so that a decoder, a path
+// cleaner and the router each see a different endpoint in it.
+func subresourcesFor(pattern string) []string {
+	p := pattern
+	if _, rest, found := strings.Cut(pattern, " "); found {
+		p = rest
+	}
+	if i := strings.IndexByte(p, '/'); i > 0 { // a host in the pattern
+		p = p[i:]
+	}
 	switch {
 	case isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
-		subs = []string{"pods", "proxy"}
+		return []string{"pods", "proxy"}
 	case isSubpath(p, "/healthz"):
-		subs = []string{"healthz", "proxy"}
+		return []string{"healthz", "proxy"}
 	case isSubpath(p, "/configz"):
-		subs = []string{"configz", "proxy"}
+		return []string{"configz", "proxy"}
 	case isSubpath(p, "/stats"):
-		subs = []string{"stats"}
+		return []string{"stats"}
 	case isSubpath(p, "/metrics"):
-		subs = []string{"metrics"}
+		return []string{"metrics"}
 	case isSubpath(p, "/logs"):
-		subs = []string{"log"}
+		return []string{"log"}
 	case isSubpath(p, "/spec"):
-		subs = []string{"spec"}
+		return []string{"spec"}
 	case isSubpath(p, "/checkpoint"):
-		subs = []string{"checkpoint"}
-	default:
-		subs = []string{"proxy"}
+		return []string{"checkpoint"}
 	}
-	out := make([]Attributes, len(subs))
-	for i, s := range subs {
-		out[i] = base
-		out[i].Subresource = s
-	}
-	return out
+	return []string{"proxy"}
 }
 
-// withAuth authenticates and authorizes every request before next sees it: 401 without
-// valid credentials, 403 when denied, 500 when the authorizer fails.
-func withAuth(next http.Handler, nodeName string, authn Authenticator, authz Authorizer, logf func(msg string, kv ...any)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, ok, err := authn.Authenticate(r)
-		if err != nil || !ok {
-			if err != nil {
-				logf("Unable to authenticate the request", "path", r.URL.Path, "err", err)
-			}
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
+// authorize asks authz about each subresource in turn and lets the request through on
+// the first allowed one; otherwise it answers 403 (denied) or 500 (the authorizer
+// failed) and returns false.
+func authorize(w http.ResponseWriter, r *http.Request, u *User, nodeName string, subresources []string, authz Authorizer, logf func(msg string, kv ...any)) bool {
+	a := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: nodeName, Path: r.URL.EscapedPath()}
+	var lastErr error
+	for _, sub := range subresources {
+		a.Subresource = sub
+		allowed, _, err := authz.Authorize(r.Context(), a)
+		if err != nil {
+			lastErr = err
+			continue
 		}
-		records := RequestAttributes(user, nodeName, r)
-		var lastErr error
-		for _, a := range records {
-			allowed, _, err := authz.Authorize(r.Context(), a)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			if allowed {
-				next.ServeHTTP(w, r)
-				return
-			}
+		if allowed {
+			return true
 		}
-		a := records[len(records)-1]
-		if lastErr != nil {
-			logf("Authorization error", "user", user.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
-			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
-			return
-		}
-		msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource)
-		logf("Forbidden request", "user", user.Name, "verb", a.Verb, "subresource", a.Subresource, "path", r.URL.Path)
-		http.Error(w, msg, http.StatusForbidden)
-	})
+	}
+	if lastErr != nil {
+		logf("Authorization error", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
+		http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
+		return false
+	}
+	logf("Forbidden request", "user", u.Name, "verb", a.Verb, "subresource", a.Subresource, "path", a.Path)
+	http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusForbidden)
+	return false
 }
 
 // ---------------------------------------------------------------- cache

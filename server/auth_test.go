@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,52 +24,43 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-func TestRequestAttributes(t *testing.T) {
-	u := &User{Name: "alice"}
+func TestSubresourcesFor(t *testing.T) {
 	tests := []struct {
-		method, path string
-		verb         string
-		subs         []string
+		pattern string
+		subs    []string
 	}{
-		{"GET", "/stats/summary", "get", []string{"stats"}},
-		{"GET", "/stats", "get", []string{"stats"}},
-		{"GET", "/statsfoo", "get", []string{"proxy"}},
-		{"GET", "/metrics", "get", []string{"metrics"}},
-		{"GET", "/metrics/resource", "get", []string{"metrics"}},
-		{"GET", "/metrics/cadvisor", "get", []string{"metrics"}},
-		{"GET", "/logs/", "get", []string{"log"}},
-		{"GET", "/logs/syslog", "get", []string{"log"}},
-		{"GET", "/spec/", "get", []string{"spec"}},
-		{"POST", "/checkpoint/ns/pod/c", "create", []string{"checkpoint"}},
-		{"GET", "/pods", "get", []string{"pods", "proxy"}},
-		{"GET", "/runningpods/", "get", []string{"pods", "proxy"}},
-		{"GET", "/healthz", "get", []string{"healthz", "proxy"}},
-		{"GET", "/configz", "get", []string{"configz", "proxy"}},
-		{"POST", "/exec/ns/pod/c", "create", []string{"proxy"}},
-		// A websocket upgrade arrives as GET and stays "get", as upstream.
-		{"GET", "/exec/ns/pod/c", "get", []string{"proxy"}},
-		{"POST", "/attach/ns/pod/c", "create", []string{"proxy"}},
-		{"POST", "/portForward/ns/pod", "create", []string{"proxy"}},
-		{"POST", "/run/ns/pod/c", "create", []string{"proxy"}},
-		{"GET", "/containerLogs/ns/pod/c", "get", []string{"proxy"}},
-		{"PUT", "/foo", "update", []string{"proxy"}},
-		{"PATCH", "/foo", "patch", []string{"proxy"}},
-		{"DELETE", "/foo", "delete", []string{"proxy"}},
-		{"GET", "/metrics/../exec/x", "get", []string{"proxy"}},
+		{"GET /stats/summary", []string{"stats"}},
+		{"/stats/", []string{"stats"}},
+		{"GET /statsfoo", []string{"proxy"}},
+		{"GET /metrics", []string{"metrics"}},
+		{"GET /metrics/resource", []string{"metrics"}},
+		{"GET /metrics/cadvisor", []string{"metrics"}},
+		{"GET /logs/", []string{"log"}},
+		{"GET /logs/{path...}", []string{"log"}},
+		{"GET /spec/", []string{"spec"}},
+		{"POST /checkpoint/{ns}/{pod}/{container}", []string{"checkpoint"}},
+		{"GET /pods", []string{"pods", "proxy"}},
+		{"GET /pods/", []string{"pods", "proxy"}},
+		{"GET /runningpods/", []string{"pods", "proxy"}},
+		{"/healthz", []string{"healthz", "proxy"}},
+		{"/healthz/", []string{"healthz", "proxy"}},
+		{"GET /configz", []string{"configz", "proxy"}},
+		{"POST /exec/{ns}/{pod}/{container}", []string{"proxy"}},
+		{"GET /containerLogs/{ns}/{pod}/{container}", []string{"proxy"}},
+		{"POST /run/{ns}/{pod}/{uid}/{container}", []string{"proxy"}},
+		{"GET /debug/pprof/", []string{"proxy"}},
+		{"GET node-1/metrics", []string{"metrics"}},
+		{"/", []string{"proxy"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "https://node"+tc.path, nil)
-			got := RequestAttributes(u, "node-1", r)
-			if len(got) != len(tc.subs) {
-				t.Fatalf("got %d records %+v, want subresources %v", len(got), got, tc.subs)
-			}
-			for i, a := range got {
-				if a.Verb != tc.verb || a.Resource != "nodes" || a.Name != "node-1" || a.Subresource != tc.subs[i] || a.User != u {
-					t.Errorf("record %d = %+v, want verb %s nodes/%s name node-1", i, a, tc.verb, tc.subs[i])
-				}
-			}
-		})
+		if got := subresourcesFor(tc.pattern); !slices.Equal(got, tc.subs) {
+			t.Errorf("subresourcesFor(%q) = %v, want %v", tc.pattern, got, tc.subs)
+		}
+	}
+	for method, verb := range map[string]string{"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "HEAD": "", "CONNECT": ""} {
+		if got := verbFor(method); got != verb {
+			t.Errorf("verbFor(%s) = %q, want %q", method, got, verb)
+		}
 	}
 }
 
@@ -247,9 +239,10 @@ func TestAuthFilter(t *testing.T) {
 			sar.err = tc.sarErr
 			var reached atomic.Int32
 			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) })
+			routes := []route{{"GET /pods", next}, {"POST /exec/{ns}/{pod}/{container}", next}, {"GET /metrics", next}}
 			authn := &UnionAuthenticator{Anonymous: tc.anonymous, Authenticators: []Authenticator{
 				&X509Authenticator{Roots: pool}, NewTokenAuthenticator(rev, time.Minute, clk)}}
-			h := withAuth(next, "node-1", authn, NewWebhookAuthorizer(sar, time.Minute, time.Second, clk), func(string, ...any) {})
+			h := newAPIHandler(routes, "node-1", authn, NewWebhookAuthorizer(sar, time.Minute, time.Second, clk), func(string, ...any) {})
 			method := tc.method
 			if method == "" {
 				method = "GET"

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -54,11 +55,74 @@ func (s *Server) routes(debugging bool) []route {
 	return rs
 }
 
+// apiHandler is the authenticated API. Authorization is decided from the route the
+// mux matched, never from the request path: the mux routes on the escaped path
+// (%2E%2E is not "..", %2F is not "/"), so any other reading of the path can name a
+// different endpoint than the one that runs.
+type apiHandler struct {
+	mux      *http.ServeMux
+	nodeName string
+	authn    Authenticator
+	authz    Authorizer
+	logf     func(msg string, kv ...any)
+}
+
+// guardedRoute is what the mux dispatches to: it authorizes the request for its own
+// route's subresources, so the handler that runs is the one that was authorized.
+type guardedRoute struct {
+	api          *apiHandler
+	pattern      string
+	subresources []string
+	next         http.Handler
+}
+
+type userKey struct{}
+
 // newAPIHandler serves routes behind authentication and authorization.
 func newAPIHandler(routes []route, nodeName string, authn Authenticator, authz Authorizer, logf func(msg string, kv ...any)) http.Handler {
-	mux := http.NewServeMux()
+	a := &apiHandler{mux: http.NewServeMux(), nodeName: nodeName, authn: authn, authz: authz, logf: logf}
 	for _, rt := range routes {
-		mux.Handle(rt.pattern, rt.handler)
+		a.mux.Handle(rt.pattern, &guardedRoute{api: a, pattern: rt.pattern, subresources: subresourcesFor(rt.pattern), next: rt.handler})
 	}
-	return withAuth(mux, nodeName, authn, authz, logf)
+	return a
+}
+
+// ServeHTTP answers 401 without valid credentials. A request the mux would not hand
+// to a route (unknown path, wrong method, or a path it would redirect to a cleaned
+// one) is refused: 403 without nodes/proxy, as upstream for unknown paths, else 404;
+// it is never redirected, so no second reading of the path is ever served.
+func (a *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user, ok, err := a.authn.Authenticate(r)
+	if err != nil || !ok {
+		if err != nil {
+			a.logf("Unable to authenticate the request", "path", r.URL.EscapedPath(), "err", err)
+		}
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if h, _ := a.mux.Handler(r); !a.owns(h) {
+		if authorize(w, r, user, a.nodeName, []string{"proxy"}, a.authz, a.logf) {
+			http.NotFound(w, r)
+		}
+		return
+	}
+	a.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+}
+
+func (a *apiHandler) owns(h http.Handler) bool {
+	g, ok := h.(*guardedRoute)
+	return ok && g.api == a
+}
+
+func (g *guardedRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user, _ := r.Context().Value(userKey{}).(*User)
+	if user == nil || r.Pattern != g.pattern {
+		// Only apiHandler.ServeHTTP authenticates; a request that arrives otherwise,
+		// or was routed differently from what was checked, is not served.
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if authorize(w, r, user, g.api.nodeName, g.subresources, g.api.authz, g.api.logf) {
+		g.next.ServeHTTP(w, r)
+	}
 }

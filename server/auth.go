@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -273,17 +275,31 @@ func (a *WebhookAuthorizer) Authorize(ctx context.Context, attrs Attributes) (bo
 	return res.allowed, res.reason, nil
 }
 
+// sarKey identifies a review in the cache. Every string is length-prefixed and every
+// list counted, so no two different reviews share a key (joined with a separator,
+// groups ["a","b"] and ["a,b"] would), whatever bytes the names hold.
 func sarKey(s authorizationv1.SubjectAccessReviewSpec) string {
 	var b strings.Builder
-	ra := s.ResourceAttributes
-	fmt.Fprintf(&b, "%q|%q|%q|%q|%q|%q|%q", s.User, s.UID, strings.Join(s.Groups, ","), ra.Verb, ra.Resource, ra.Subresource, ra.Name)
-	keys := make([]string, 0, len(s.Extra))
-	for k := range s.Extra {
-		keys = append(keys, k)
+	str := func(v string) {
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
 	}
-	sort.Strings(keys)
+	list := func(vs []string) {
+		str(strconv.Itoa(len(vs)))
+		for _, v := range vs {
+			str(v)
+		}
+	}
+	ra := s.ResourceAttributes
+	for _, v := range []string{s.User, s.UID, ra.Verb, ra.Resource, ra.Subresource, ra.Name} {
+		str(v)
+	}
+	list(s.Groups)
+	keys := slices.Sorted(maps.Keys(s.Extra))
+	list(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "|%q=%q", k, strings.Join(s.Extra[k], ","))
+		list(s.Extra[k])
 	}
 	return b.String()
 }

@@ -286,3 +286,85 @@ func TestUnionAddsAuthenticatedGroup(t *testing.T) {
 		t.Errorf("user = %+v", user)
 	}
 }
+
+// TestWebhookAuthorizerCacheKeyIsUnambiguous: a cached answer for one identity must
+// never be served to another whose groups or extra values join to the same text.
+func TestWebhookAuthorizerCacheKeyIsUnambiguous(t *testing.T) {
+	sar := &fakeSAR{allow: func(s authorizationv1.SubjectAccessReviewSpec) bool {
+		return slices.Equal(s.Groups, []string{"a", "b"}) || slices.Equal(s.Extra["scopes"], authorizationv1.ExtraValue{"x", "y"})
+	}}
+	az := NewWebhookAuthorizer(sar, 5*time.Minute, 30*time.Second, clocktesting.NewFakeClock(time.Now()))
+	ask := func(u *User) bool {
+		ok, _, err := az.Authorize(context.Background(), Attributes{User: u, Verb: "get", Resource: "nodes", Subresource: "proxy", Name: "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	pairs := []struct{ allowed, other *User }{
+		{&User{Name: "u", Groups: []string{"a", "b"}}, &User{Name: "u", Groups: []string{"a,b"}}},
+		{&User{Name: "u", Extra: map[string][]string{"scopes": {"x", "y"}}}, &User{Name: "u", Extra: map[string][]string{"scopes": {"x,y"}}}},
+	}
+	for _, p := range pairs {
+		if !ask(p.allowed) {
+			t.Fatalf("%+v denied", p.allowed)
+		}
+		if ask(p.other) {
+			t.Errorf("%+v was allowed from the cache entry of %+v", p.other, p.allowed)
+		}
+	}
+	if n := sar.calls.Load(); n != 4 {
+		t.Errorf("SubjectAccessReviews = %d, want 4 (one per identity)", n)
+	}
+}
+
+func TestSARKeyDistinguishesFields(t *testing.T) {
+	spec := func(mod func(*authorizationv1.SubjectAccessReviewSpec)) authorizationv1.SubjectAccessReviewSpec {
+		s := authorizationv1.SubjectAccessReviewSpec{User: "u", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Name: "n"}}
+		mod(&s)
+		return s
+	}
+	specs := []authorizationv1.SubjectAccessReviewSpec{
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a", "b"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a,b"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"ab"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a", "b", ""} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"1:a"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.User, s.UID = "u1", "" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.User, s.UID = "u", "1" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a", "b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a,b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k=a": {"b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a"}, "l": nil}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Subresource = "proxy" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Name = "n\xff" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Name = "n\xfe" }),
+	}
+	seen := map[string]int{}
+	for i, s := range specs {
+		k := sarKey(s)
+		if j, dup := seen[k]; dup {
+			t.Errorf("specs %d and %d share the cache key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+	// The same review in another map order has the same key.
+	a := spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+		s.Extra = map[string]authorizationv1.ExtraValue{"k": {"1"}, "l": {"2"}}
+	})
+	b := spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+		s.Extra = map[string]authorizationv1.ExtraValue{"l": {"2"}, "k": {"1"}}
+	})
+	if sarKey(a) != sarKey(b) {
+		t.Error("the key depends on map order")
+	}
+}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"container/heap"
+	"container/list"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -394,35 +396,47 @@ func authorize(w http.ResponseWriter, r *http.Request, u *User, nodeName string,
 
 // ---------------------------------------------------------------- cache
 
-// ttlCache is a small expiring map. When full, expired entries are dropped, and if it is
-// still full it is emptied: a burst of distinct credentials must not grow it unbounded.
+// ttlCache is a bounded expiring map. When full it evicts one entry: an expired one if
+// there is any, else the least recently used. A burst of distinct credentials (random
+// bearer tokens) then only pushes out entries not used since, never the whole cache,
+// so callers in active use keep their cached answers.
 type ttlCache[V any] struct {
 	clock clock.PassiveClock
 	max   int
 	mu    sync.Mutex
-	items map[string]ttlEntry[V]
+	items map[string]*ttlEntry[V]
+	lru   list.List     // of *ttlEntry[V], most recently used first
+	exp   expiryHeap[V] // soonest expiry first
 }
 
 type ttlEntry[V any] struct {
+	key     string
 	v       V
 	expires time.Time
+	elem    *list.Element
+	index   int // in exp
 }
 
-func newTTLCache[V any](clk clock.PassiveClock, max int) *ttlCache[V] {
+func newTTLCache[V any](clk clock.PassiveClock, size int) *ttlCache[V] {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &ttlCache[V]{clock: clk, max: max, items: map[string]ttlEntry[V]{}}
+	return &ttlCache[V]{clock: clk, max: max(size, 1), items: map[string]*ttlEntry[V]{}}
 }
 
 func (c *ttlCache[V]) get(k string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var zero V
 	e, ok := c.items[k]
-	if !ok || !c.clock.Now().Before(e.expires) {
-		var zero V
+	if !ok {
 		return zero, false
 	}
+	if !c.clock.Now().Before(e.expires) {
+		c.remove(e)
+		return zero, false
+	}
+	c.lru.MoveToFront(e.elem)
 	return e.v, true
 }
 
@@ -433,15 +447,49 @@ func (c *ttlCache[V]) set(k string, v V, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	if len(c.items) >= c.max {
-		for key, e := range c.items {
-			if !now.Before(e.expires) {
-				delete(c.items, key)
-			}
-		}
-		if len(c.items) >= c.max {
-			c.items = map[string]ttlEntry[V]{}
-		}
+	if e, ok := c.items[k]; ok {
+		e.v, e.expires = v, now.Add(ttl)
+		heap.Fix(&c.exp, e.index)
+		c.lru.MoveToFront(e.elem)
+		return
 	}
-	c.items[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
+	if len(c.items) >= c.max {
+		victim := c.exp[0]
+		if now.Before(victim.expires) {
+			victim = c.lru.Back().Value.(*ttlEntry[V])
+		}
+		c.remove(victim)
+	}
+	e := &ttlEntry[V]{key: k, v: v, expires: now.Add(ttl)}
+	e.elem = c.lru.PushFront(e)
+	heap.Push(&c.exp, e)
+	c.items[k] = e
+}
+
+func (c *ttlCache[V]) remove(e *ttlEntry[V]) {
+	delete(c.items, e.key)
+	c.lru.Remove(e.elem)
+	heap.Remove(&c.exp, e.index)
+}
+
+// expiryHeap orders cache entries by expiry (container/heap).
+type expiryHeap[V any] []*ttlEntry[V]
+
+func (h expiryHeap[V]) Len() int           { return len(h) }
+func (h expiryHeap[V]) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap[V]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *expiryHeap[V]) Push(x any) {
+	e := x.(*ttlEntry[V])
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap[V]) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -366,5 +367,77 @@ func TestSARKeyDistinguishesFields(t *testing.T) {
 	})
 	if sarKey(a) != sarKey(b) {
 		t.Error("the key depends on map order")
+	}
+}
+
+func TestTTLCacheEvictsOneEntryAtATime(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newTTLCache[int](clk, 3)
+	hits := func(keys ...string) []string {
+		var out []string
+		for _, k := range keys {
+			if _, ok := c.get(k); ok {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	c.set("a", 1, time.Minute)
+	c.set("b", 2, time.Minute)
+	c.set("c", 3, time.Minute)
+	hits("a") // b is now the least recently used
+	c.set("d", 4, time.Minute)
+	if got := hits("a", "b", "c", "d"); !slices.Equal(got, []string{"a", "c", "d"}) {
+		t.Fatalf("full, nothing expired: cached %v, want [a c d] (only the least recently used b evicted)", got)
+	}
+	// An expired entry goes first, even when it is not the least recently used.
+	c = newTTLCache[int](clk, 3)
+	c.set("x", 1, time.Minute)
+	c.set("y", 2, 10*time.Second)
+	c.set("z", 3, time.Minute)
+	hits("x", "y") // z is the least recently used, y expires first
+	clk.Step(11 * time.Second)
+	c.set("w", 4, time.Minute)
+	if got := hits("x", "y", "z", "w"); !slices.Equal(got, []string{"x", "z", "w"}) {
+		t.Fatalf("with y expired: cached %v, want [x z w]", got)
+	}
+	if n := len(c.items); n != 3 || c.lru.Len() != 3 || len(c.exp) != 3 {
+		t.Errorf("sizes: items %d lru %d heap %d, want 3", n, c.lru.Len(), len(c.exp))
+	}
+	// Updating a key keeps one entry with the new value and expiry.
+	c.set("z", 30, time.Hour)
+	clk.Step(2 * time.Minute)
+	if v, ok := c.get("z"); !ok || v != 30 {
+		t.Errorf("z = %d, %v after its update, want 30", v, ok)
+	}
+	if got := hits("x", "w"); len(got) != 0 {
+		t.Errorf("expired entries still served: %v", got)
+	}
+}
+
+// TestTokenAuthenticatorSurvivesRandomTokenFlood: random bearer tokens fill the cache
+// with denials, but a token in use keeps its cached review.
+func TestTokenAuthenticatorSurvivesRandomTokenFlood(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	rev := &fakeTokenReviewer{tokens: map[string]authenticationv1.UserInfo{"good": {Username: "sa"}}}
+	a := NewTokenAuthenticator(rev, 2*time.Minute, clk)
+	req := func(tok string) *http.Request {
+		r := httptest.NewRequest("GET", "/pods", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return r
+	}
+	const flood = 10000
+	for i := 0; i < flood; i++ {
+		if i%500 == 0 {
+			if _, ok, err := a.Authenticate(req("good")); !ok || err != nil {
+				t.Fatalf("good token: %v %v", ok, err)
+			}
+		}
+		if _, ok, _ := a.Authenticate(req(fmt.Sprintf("random-%d", i))); ok {
+			t.Fatal("a random token authenticated")
+		}
+	}
+	if n := rev.calls.Load(); n != flood+1 {
+		t.Errorf("TokenReviews = %d, want %d (one per random token, one for the token in use)", n, flood+1)
 	}
 }

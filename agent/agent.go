@@ -97,7 +97,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
 
 	// API clients: none in standalone mode.
-	var client, heartbeat kubernetes.Interface
+	var client, heartbeat, authClient kubernetes.Interface
 	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
 		// TLS bootstrap (if needed) happens here; rotation starts below.
@@ -111,6 +111,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 		}
 		client, heartbeat, err = newClientsForConfig(credential.RESTConfig(), kc)
 		if err != nil {
+			return err
+		}
+		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
 			return err
 		}
 	} else {
@@ -328,7 +331,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
 	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
-		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
+		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})

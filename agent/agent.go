@@ -64,6 +64,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 		hostname = nodeName
 	}
 	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
+	for _, w := range config.ServingWarnings(opts) {
+		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
+	}
 
 	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {

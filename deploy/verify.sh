@@ -48,6 +48,15 @@ echo "# operator's own" >>"$root/fs/var/lib/kubelet/config.yaml"
 "$here/install.sh" --binary "$binary" --prefix "$root/fs" >/dev/null
 grep -q "operator's own" "$root/fs/var/lib/kubelet/config.yaml" || { echo "verify.sh: install.sh overwrote an existing config" >&2; exit 1; }
 
+# No ExecStart= may start nodelet without --config: flags-only mode keeps the
+# kubelet's legacy defaults (anonymous requests, AlwaysAllow, on 0.0.0.0).
+for f in nodelet.service nodelet.service.d/10-nodelet.conf; do
+	bare="$(grep -E '^ExecStart=.+' "$unit_dir/$f" | grep -v -e '--config=' -e '\$NODELET_CONFIG_ARGS' || true)"
+	[ -z "$bare" ] || { echo "verify.sh: $f starts nodelet without --config (flags-only mode): $bare" >&2; exit 1; }
+done
+grep -q '^Environment="NODELET_CONFIG_ARGS=--config=' "$unit_dir/nodelet.service.d/10-nodelet.conf" ||
+	{ echo "verify.sh: 10-nodelet.conf does not set NODELET_CONFIG_ARGS=--config=..." >&2; exit 1; }
+
 # --root makes systemd-analyze resolve the unit, its drop-in directory and
 # ExecStart=/usr/local/bin/nodelet inside the temporary install. The units
 # of the default dependencies (sysinit.target, ...) come from this host's
@@ -66,6 +75,19 @@ if [ "$status" -ne 0 ] || [ -n "$problems" ]; then
 	exit 1
 fi
 echo "verify.sh: systemd-analyze verify: nodelet.service (with 10-nodelet.conf) OK"
+
+# The unit alone (no drop-in) must load too, with its own --config ExecStart.
+mv "$unit_dir/nodelet.service.d" "$root/dropin.off"
+status=0
+SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root/fs" --man=no nodelet.service >"$out" 2>&1 || status=$?
+mv "$root/dropin.off" "$unit_dir/nodelet.service.d"
+problems="$(grep -v -e '^$' "$out" | grep -i 'nodelet' || true)"
+if [ "$status" -ne 0 ] || [ -n "$problems" ]; then
+	echo "verify.sh: systemd-analyze verify failed for nodelet.service without its drop-in (exit $status):" >&2
+	cat "$out" >&2
+	exit 1
+fi
+echo "verify.sh: systemd-analyze verify: nodelet.service alone OK"
 
 echo "verify.sh: systemd-analyze security --offline=yes (informational):"
 systemd-analyze security --offline=yes --root="$root/fs" nodelet.service 2>&1 | tail -n 25 || true

@@ -370,12 +370,12 @@ func subresourcesFor(pattern string) []string {
 // authorize asks authz about each subresource in turn and lets the request through on
 // the first allowed one; otherwise it answers 403 (denied) or 500 (the authorizer
 // failed) and returns false.
-func authorize(w http.ResponseWriter, r *http.Request, u *User, nodeName string, subresources []string, authz Authorizer, logf func(msg string, kv ...any)) bool {
-	a := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: nodeName, Path: r.URL.EscapedPath()}
+func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, u *User, subresources []string) bool {
+	a := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: h.nodeName, Path: r.URL.EscapedPath()}
 	var lastErr error
 	for _, sub := range subresources {
 		a.Subresource = sub
-		allowed, _, err := authz.Authorize(r.Context(), a)
+		allowed, _, err := h.authz.Authorize(r.Context(), a)
 		if err != nil {
 			lastErr = err
 			continue
@@ -385,11 +385,11 @@ func authorize(w http.ResponseWriter, r *http.Request, u *User, nodeName string,
 		}
 	}
 	if lastErr != nil {
-		logf("Authorization error", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
+		h.logf("Authorization error", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
 		http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
 		return false
 	}
-	logf("Forbidden request", "user", u.Name, "verb", a.Verb, "subresource", a.Subresource, "path", a.Path)
+	h.logf("Forbidden request", "user", u.Name, "verb", a.Verb, "subresource", a.Subresource, "path", a.Path)
 	http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusForbidden)
 	return false
 }

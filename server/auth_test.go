@@ -232,6 +232,12 @@ func TestAuthFilter(t *testing.T) {
 		{name: "metrics reader on metrics", path: "/metrics", token: "prom", want: 200},
 		{name: "metrics reader on exec", method: "POST", path: "/exec/ns/p/c", token: "prom", want: 403,
 			body: "Forbidden (user=prom, verb=create, resource=nodes, subresource=proxy)"},
+		{name: "metrics reader on an encoded escape to pods", path: "/pods/%2E%2E/metrics", token: "prom", want: 403,
+			body: "Forbidden (user=prom, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "metrics reader on a path no route serves", path: "/metrics/..%2Fpods", token: "prom", want: 403,
+			body: "Forbidden (user=prom, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "admin on a path the mux would redirect", path: "/metrics/../pods", cert: adminCert, want: 404},
+		{name: "admin on a method no route serves", method: "DELETE", path: "/pods", cert: adminCert, want: 404},
 		{name: "authorizer failure", path: "/pods", cert: adminCert, sarErr: errors.New("boom"), want: 500,
 			body: "Authorization error (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)"},
 	}

@@ -101,7 +101,7 @@ func (a *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h, _ := a.mux.Handler(r); !a.owns(h) {
-		if authorize(w, r, user, a.nodeName, []string{"proxy"}, a.authz, a.logf) {
+		if a.authorize(w, r, user, []string{"proxy"}) {
 			http.NotFound(w, r)
 		}
 		return
@@ -117,12 +117,12 @@ func (a *apiHandler) owns(h http.Handler) bool {
 func (g *guardedRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	user, _ := r.Context().Value(userKey{}).(*User)
 	if user == nil || r.Pattern != g.pattern {
-		// Only apiHandler.ServeHTTP authenticates; a request that arrives otherwise,
-		// or was routed differently from what was checked, is not served.
-		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		// Only apiHandler.ServeHTTP authenticates and routes to this; a request that
+		// reached it any other way is not served.
+		http.Error(w, "Forbidden", http.StatusForbidden)
 		return
 	}
-	if authorize(w, r, user, g.api.nodeName, g.subresources, g.api.authz, g.api.logf) {
+	if g.api.authorize(w, r, user, g.subresources) {
 		g.next.ServeHTTP(w, r)
 	}
 }

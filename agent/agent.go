@@ -65,6 +65,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 		hostname = nodeName
 	}
 	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
+	for _, w := range config.ServingWarnings(opts) {
+		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
+	}
 
 	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
@@ -98,7 +101,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
 
 	// API clients: none in standalone mode.
-	var client, heartbeat kubernetes.Interface
+	var client, heartbeat, authClient kubernetes.Interface
 	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
 		// TLS bootstrap (if needed) happens here; rotation starts below.
@@ -112,6 +115,9 @@ func Run(ctx context.Context, opts *config.Options) error {
 		}
 		client, heartbeat, err = newClientsForConfig(credential.RESTConfig(), kc)
 		if err != nil {
+			return err
+		}
+		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
 			return err
 		}
 	} else {
@@ -338,7 +344,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
 	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
-		nodeName: nodeName, client: client, runtime: rt, getCertificate: serving.GetCertificate,
+		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})

@@ -10,7 +10,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/flowcontrol"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -21,8 +23,10 @@ import (
 // apiServerDeps are the parts the kubelet API serves from.
 type apiServerDeps struct {
 	nodeName string
-	client   kubernetes.Interface // nil in standalone mode
-	runtime  server.Runtime
+	// authClient makes the TokenReviews and SubjectAccessReviews (newAuthClient);
+	// nil in standalone mode.
+	authClient kubernetes.Interface
+	runtime    server.Runtime
 	// getCertificate is the serving certificate (tlsCertFile, self-signed or rotated).
 	getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	pods           func() []*v1.Pod
@@ -42,11 +46,11 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	if kc.Port == 0 && kc.ReadOnlyPort == 0 {
 		return nil, nil
 	}
-	authn, err := newAuthenticator(kc, d.client, d.clock)
+	authn, err := newAuthenticator(kc, d.authClient, d.clock)
 	if err != nil {
 		return nil, err
 	}
-	authz, err := newAuthorizer(kc, d.client, d.clock)
+	authz, err := newAuthorizer(kc, d.authClient, d.clock)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +98,31 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		Clock:         d.clock,
 	})
 	return srv.Listen(ctx)
+}
+
+// The authentication and authorization of kubelet API callers have a client of their
+// own, with its own rate limiter: a request with a bearer token not in the cache costs
+// a TokenReview, and anyone who can reach the port can send random tokens. On the main
+// client's limiter those reviews would starve pod status, node status and event writes;
+// on this one a flood only slows the reviews of new callers (cached ones are not asked).
+const (
+	authClientQPS   = 20
+	authClientBurst = 40
+)
+
+// newAuthClient returns the client for TokenReviews and SubjectAccessReviews: the
+// node's credentials and transport (so certificate rotation applies) with a rate
+// limiter of its own.
+func newAuthClient(rc *rest.Config) (kubernetes.Interface, error) {
+	ac := rest.CopyConfig(rc)
+	ac.UserAgent = "nodelet/" + Version
+	ac.QPS, ac.Burst = authClientQPS, authClientBurst
+	ac.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(ac.QPS, ac.Burst)
+	c, err := kubernetes.NewForConfig(ac)
+	if err != nil {
+		return nil, fmt.Errorf("creating the API client for authentication and authorization reviews: %w", err)
+	}
+	return c, nil
 }
 
 func newAuthenticator(kc *kubeletconfigv1beta1.KubeletConfiguration, client kubernetes.Interface, clk clock.PassiveClock) (server.Authenticator, error) {

@@ -48,6 +48,15 @@ echo "# operator's own" >>"$root/fs/var/lib/kubelet/config.yaml"
 "$here/install.sh" --binary "$binary" --prefix "$root/fs" >/dev/null
 grep -q "operator's own" "$root/fs/var/lib/kubelet/config.yaml" || { echo "verify.sh: install.sh overwrote an existing config" >&2; exit 1; }
 
+# No ExecStart= may start nodelet without --config: flags-only mode keeps the
+# kubelet's legacy defaults (anonymous requests, AlwaysAllow, on 0.0.0.0).
+for f in nodelet.service nodelet.service.d/10-nodelet.conf; do
+	bare="$(grep -E '^ExecStart=.+' "$unit_dir/$f" | grep -v -e '--config=' -e '\$NODELET_CONFIG_ARGS' || true)"
+	[ -z "$bare" ] || { echo "verify.sh: $f starts nodelet without --config (flags-only mode): $bare" >&2; exit 1; }
+done
+grep -q '^Environment="NODELET_CONFIG_ARGS=--config=' "$unit_dir/nodelet.service.d/10-nodelet.conf" ||
+	{ echo "verify.sh: 10-nodelet.conf does not set NODELET_CONFIG_ARGS=--config=..." >&2; exit 1; }
+
 # --root makes systemd-analyze resolve the unit, its drop-in directory and
 # ExecStart=/usr/local/bin/nodelet inside the temporary install. The units
 # of the default dependencies (sysinit.target, ...) come from this host's
@@ -56,16 +65,24 @@ grep -q "operator's own" "$root/fs/var/lib/kubelet/config.yaml" || { echo "verif
 mkdir -p "$root/fs/usr/lib/systemd"
 cp -a /usr/lib/systemd/system "$root/fs/usr/lib/systemd/"
 out="$root/verify.out"
-status=0
-SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root/fs" --man=no nodelet.service >"$out" 2>&1 || status=$?
-# Ignore complaints about units on this host that are not ours.
-problems="$(grep -v -e '^$' "$out" | grep -i 'nodelet' || true)"
-if [ "$status" -ne 0 ] || [ -n "$problems" ]; then
-	echo "verify.sh: systemd-analyze verify failed (exit $status):" >&2
-	cat "$out" >&2
-	exit 1
-fi
-echo "verify.sh: systemd-analyze verify: nodelet.service (with 10-nodelet.conf) OK"
+# verify_unit WHAT: systemd-analyze verify nodelet.service as installed now,
+# failing on any complaint about nodelet (not about this host's other units).
+verify_unit() {
+	local status=0 problems
+	SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root/fs" --man=no nodelet.service >"$out" 2>&1 || status=$?
+	problems="$(grep -v -e '^$' "$out" | grep -i 'nodelet' || true)"
+	if [ "$status" -ne 0 ] || [ -n "$problems" ]; then
+		echo "verify.sh: systemd-analyze verify failed for $1 (exit $status):" >&2
+		cat "$out" >&2
+		exit 1
+	fi
+	echo "verify.sh: systemd-analyze verify: $1 OK"
+}
+verify_unit "nodelet.service (with 10-nodelet.conf)"
+# The unit alone (no drop-in) must load too, with its own --config ExecStart.
+mv "$unit_dir/nodelet.service.d" "$root/dropin.off"
+verify_unit "nodelet.service alone"
+mv "$root/dropin.off" "$unit_dir/nodelet.service.d"
 
 echo "verify.sh: systemd-analyze security --offline=yes (informational):"
 systemd-analyze security --offline=yes --root="$root/fs" nodelet.service 2>&1 | tail -n 25 || true

@@ -1,15 +1,18 @@
 package server
 
 import (
+	"container/heap"
+	"container/list"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
-	"path"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -274,22 +277,36 @@ func (a *WebhookAuthorizer) Authorize(ctx context.Context, attrs Attributes) (bo
 	return res.allowed, res.reason, nil
 }
 
+// sarKey identifies a review in the cache. Every string is length-prefixed and every
+// list counted, so no two different reviews share a key (joined with a separator,
+// groups ["a","b"] and ["a,b"] would), whatever bytes the names hold.
 func sarKey(s authorizationv1.SubjectAccessReviewSpec) string {
 	var b strings.Builder
-	ra := s.ResourceAttributes
-	fmt.Fprintf(&b, "%q|%q|%q|%q|%q|%q|%q", s.User, s.UID, strings.Join(s.Groups, ","), ra.Verb, ra.Resource, ra.Subresource, ra.Name)
-	keys := make([]string, 0, len(s.Extra))
-	for k := range s.Extra {
-		keys = append(keys, k)
+	str := func(v string) {
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
 	}
-	sort.Strings(keys)
+	list := func(vs []string) {
+		str(strconv.Itoa(len(vs)))
+		for _, v := range vs {
+			str(v)
+		}
+	}
+	ra := s.ResourceAttributes
+	for _, v := range []string{s.User, s.UID, ra.Verb, ra.Resource, ra.Subresource, ra.Name} {
+		str(v)
+	}
+	list(s.Groups)
+	keys := slices.Sorted(maps.Keys(s.Extra))
+	list(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "|%q=%q", k, strings.Join(s.Extra[k], ","))
+		list(s.Extra[k])
 	}
 	return b.String()
 }
 
-// ---------------------------------------------------------------- request -> attributes
+// ---------------------------------------------------------------- route -> attributes
 
 // verbFor maps the HTTP method to the API verb as upstream does. A websocket upgrade
 // arrives as GET and is authorized as get (upstream keeps that; see kubernetes#136550).
@@ -314,111 +331,112 @@ func isSubpath(p, prefix string) bool {
 	return p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
-// RequestAttributes returns the attribute records a request is authorized against, in
-// order: a fine-grained subresource first where upstream has one (KubeletFineGrainedAuthz:
-// /pods -> pods, /healthz -> healthz, /configz -> configz), then the coarse one
-// (stats, metrics, log, spec, checkpoint, or proxy for everything else). Any allowed record
-// lets the request through.
-func RequestAttributes(u *User, nodeName string, r *http.Request) []Attributes {
-	p := path.Clean(r.URL.Path)
-	base := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: nodeName, Path: r.URL.Path}
-	var subs []string
+// subresourcesFor returns the subresources a registered ServeMux pattern is authorized
+// against, in order: a fine-grained one first where upstream has one
+// (KubeletFineGrainedAuthz: /pods and /runningpods -> pods, /healthz -> healthz,
+// /configz -> configz), then the coarse one (stats, metrics, log, spec, checkpoint, or
+// proxy for everything else). It reads the pattern, never a request path: a pattern is
+// literal and clean, while a request path can be spelled so that a decoder, a path
+// cleaner and the router each see a different endpoint in it.
+func subresourcesFor(pattern string) []string {
+	p := pattern
+	if _, rest, found := strings.Cut(pattern, " "); found {
+		p = rest
+	}
+	if i := strings.IndexByte(p, '/'); i > 0 { // a host in the pattern
+		p = p[i:]
+	}
 	switch {
 	case isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
-		subs = []string{"pods", "proxy"}
+		return []string{"pods", "proxy"}
 	case isSubpath(p, "/healthz"):
-		subs = []string{"healthz", "proxy"}
+		return []string{"healthz", "proxy"}
 	case isSubpath(p, "/configz"):
-		subs = []string{"configz", "proxy"}
+		return []string{"configz", "proxy"}
 	case isSubpath(p, "/stats"):
-		subs = []string{"stats"}
+		return []string{"stats"}
 	case isSubpath(p, "/metrics"):
-		subs = []string{"metrics"}
+		return []string{"metrics"}
 	case isSubpath(p, "/logs"):
-		subs = []string{"log"}
+		return []string{"log"}
 	case isSubpath(p, "/spec"):
-		subs = []string{"spec"}
+		return []string{"spec"}
 	case isSubpath(p, "/checkpoint"):
-		subs = []string{"checkpoint"}
-	default:
-		subs = []string{"proxy"}
+		return []string{"checkpoint"}
 	}
-	out := make([]Attributes, len(subs))
-	for i, s := range subs {
-		out[i] = base
-		out[i].Subresource = s
-	}
-	return out
+	return []string{"proxy"}
 }
 
-// withAuth authenticates and authorizes every request before next sees it: 401 without
-// valid credentials, 403 when denied, 500 when the authorizer fails.
-func withAuth(next http.Handler, nodeName string, authn Authenticator, authz Authorizer, logf func(msg string, kv ...any)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, ok, err := authn.Authenticate(r)
-		if err != nil || !ok {
-			if err != nil {
-				logf("Unable to authenticate the request", "path", r.URL.Path, "err", err)
-			}
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
+// authorize asks authz about each subresource in turn and lets the request through on
+// the first allowed one; otherwise it answers 403 (denied) or 500 (the authorizer
+// failed) and returns false.
+func (h *apiHandler) authorize(w http.ResponseWriter, r *http.Request, u *User, subresources []string) bool {
+	a := Attributes{User: u, Verb: verbFor(r.Method), Resource: "nodes", Name: h.nodeName, Path: r.URL.EscapedPath()}
+	var lastErr error
+	for _, sub := range subresources {
+		a.Subresource = sub
+		allowed, _, err := h.authz.Authorize(r.Context(), a)
+		if err != nil {
+			lastErr = err
+			continue
 		}
-		records := RequestAttributes(user, nodeName, r)
-		var lastErr error
-		for _, a := range records {
-			allowed, _, err := authz.Authorize(r.Context(), a)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			if allowed {
-				next.ServeHTTP(w, r)
-				return
-			}
+		if allowed {
+			return true
 		}
-		a := records[len(records)-1]
-		if lastErr != nil {
-			logf("Authorization error", "user", user.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
-			http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
-			return
-		}
-		msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", user.Name, a.Verb, a.Resource, a.Subresource)
-		logf("Forbidden request", "user", user.Name, "verb", a.Verb, "subresource", a.Subresource, "path", r.URL.Path)
-		http.Error(w, msg, http.StatusForbidden)
-	})
+	}
+	if lastErr != nil {
+		h.logf("Authorization error", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "err", lastErr)
+		http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusInternalServerError)
+		return false
+	}
+	h.logf("Forbidden request", "user", u.Name, "verb", a.Verb, "subresource", a.Subresource, "path", a.Path)
+	http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s)", u.Name, a.Verb, a.Resource, a.Subresource), http.StatusForbidden)
+	return false
 }
 
 // ---------------------------------------------------------------- cache
 
-// ttlCache is a small expiring map. When full, expired entries are dropped, and if it is
-// still full it is emptied: a burst of distinct credentials must not grow it unbounded.
+// ttlCache is a bounded expiring map. When full it evicts one entry: an expired one if
+// there is any, else the least recently used. A burst of distinct credentials (random
+// bearer tokens) then only pushes out entries not used since, never the whole cache,
+// so callers in active use keep their cached answers.
 type ttlCache[V any] struct {
 	clock clock.PassiveClock
 	max   int
 	mu    sync.Mutex
-	items map[string]ttlEntry[V]
+	items map[string]*ttlEntry[V]
+	lru   list.List     // of *ttlEntry[V], most recently used first
+	exp   expiryHeap[V] // soonest expiry first
 }
 
 type ttlEntry[V any] struct {
+	key     string
 	v       V
 	expires time.Time
+	elem    *list.Element
+	index   int // in exp
 }
 
-func newTTLCache[V any](clk clock.PassiveClock, max int) *ttlCache[V] {
+func newTTLCache[V any](clk clock.PassiveClock, size int) *ttlCache[V] {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &ttlCache[V]{clock: clk, max: max, items: map[string]ttlEntry[V]{}}
+	return &ttlCache[V]{clock: clk, max: max(size, 1), items: map[string]*ttlEntry[V]{}}
 }
 
 func (c *ttlCache[V]) get(k string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var zero V
 	e, ok := c.items[k]
-	if !ok || !c.clock.Now().Before(e.expires) {
-		var zero V
+	if !ok {
 		return zero, false
 	}
+	if !c.clock.Now().Before(e.expires) {
+		c.remove(e)
+		return zero, false
+	}
+	c.lru.MoveToFront(e.elem)
 	return e.v, true
 }
 
@@ -429,15 +447,49 @@ func (c *ttlCache[V]) set(k string, v V, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	if len(c.items) >= c.max {
-		for key, e := range c.items {
-			if !now.Before(e.expires) {
-				delete(c.items, key)
-			}
-		}
-		if len(c.items) >= c.max {
-			c.items = map[string]ttlEntry[V]{}
-		}
+	if e, ok := c.items[k]; ok {
+		e.v, e.expires = v, now.Add(ttl)
+		heap.Fix(&c.exp, e.index)
+		c.lru.MoveToFront(e.elem)
+		return
 	}
-	c.items[k] = ttlEntry[V]{v: v, expires: now.Add(ttl)}
+	if len(c.items) >= c.max {
+		victim := c.exp[0]
+		if now.Before(victim.expires) {
+			victim = c.lru.Back().Value.(*ttlEntry[V])
+		}
+		c.remove(victim)
+	}
+	e := &ttlEntry[V]{key: k, v: v, expires: now.Add(ttl)}
+	e.elem = c.lru.PushFront(e)
+	heap.Push(&c.exp, e)
+	c.items[k] = e
+}
+
+func (c *ttlCache[V]) remove(e *ttlEntry[V]) {
+	delete(c.items, e.key)
+	c.lru.Remove(e.elem)
+	heap.Remove(&c.exp, e.index)
+}
+
+// expiryHeap orders cache entries by expiry (container/heap).
+type expiryHeap[V any] []*ttlEntry[V]
+
+func (h expiryHeap[V]) Len() int           { return len(h) }
+func (h expiryHeap[V]) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap[V]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *expiryHeap[V]) Push(x any) {
+	e := x.(*ttlEntry[V])
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap[V]) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }

@@ -9,9 +9,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,52 +25,43 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-func TestRequestAttributes(t *testing.T) {
-	u := &User{Name: "alice"}
+func TestSubresourcesFor(t *testing.T) {
 	tests := []struct {
-		method, path string
-		verb         string
-		subs         []string
+		pattern string
+		subs    []string
 	}{
-		{"GET", "/stats/summary", "get", []string{"stats"}},
-		{"GET", "/stats", "get", []string{"stats"}},
-		{"GET", "/statsfoo", "get", []string{"proxy"}},
-		{"GET", "/metrics", "get", []string{"metrics"}},
-		{"GET", "/metrics/resource", "get", []string{"metrics"}},
-		{"GET", "/metrics/cadvisor", "get", []string{"metrics"}},
-		{"GET", "/logs/", "get", []string{"log"}},
-		{"GET", "/logs/syslog", "get", []string{"log"}},
-		{"GET", "/spec/", "get", []string{"spec"}},
-		{"POST", "/checkpoint/ns/pod/c", "create", []string{"checkpoint"}},
-		{"GET", "/pods", "get", []string{"pods", "proxy"}},
-		{"GET", "/runningpods/", "get", []string{"pods", "proxy"}},
-		{"GET", "/healthz", "get", []string{"healthz", "proxy"}},
-		{"GET", "/configz", "get", []string{"configz", "proxy"}},
-		{"POST", "/exec/ns/pod/c", "create", []string{"proxy"}},
-		// A websocket upgrade arrives as GET and stays "get", as upstream.
-		{"GET", "/exec/ns/pod/c", "get", []string{"proxy"}},
-		{"POST", "/attach/ns/pod/c", "create", []string{"proxy"}},
-		{"POST", "/portForward/ns/pod", "create", []string{"proxy"}},
-		{"POST", "/run/ns/pod/c", "create", []string{"proxy"}},
-		{"GET", "/containerLogs/ns/pod/c", "get", []string{"proxy"}},
-		{"PUT", "/foo", "update", []string{"proxy"}},
-		{"PATCH", "/foo", "patch", []string{"proxy"}},
-		{"DELETE", "/foo", "delete", []string{"proxy"}},
-		{"GET", "/metrics/../exec/x", "get", []string{"proxy"}},
+		{"GET /stats/summary", []string{"stats"}},
+		{"/stats/", []string{"stats"}},
+		{"GET /statsfoo", []string{"proxy"}},
+		{"GET /metrics", []string{"metrics"}},
+		{"GET /metrics/resource", []string{"metrics"}},
+		{"GET /metrics/cadvisor", []string{"metrics"}},
+		{"GET /logs/", []string{"log"}},
+		{"GET /logs/{path...}", []string{"log"}},
+		{"GET /spec/", []string{"spec"}},
+		{"POST /checkpoint/{ns}/{pod}/{container}", []string{"checkpoint"}},
+		{"GET /pods", []string{"pods", "proxy"}},
+		{"GET /pods/", []string{"pods", "proxy"}},
+		{"GET /runningpods/", []string{"pods", "proxy"}},
+		{"/healthz", []string{"healthz", "proxy"}},
+		{"/healthz/", []string{"healthz", "proxy"}},
+		{"GET /configz", []string{"configz", "proxy"}},
+		{"POST /exec/{ns}/{pod}/{container}", []string{"proxy"}},
+		{"GET /containerLogs/{ns}/{pod}/{container}", []string{"proxy"}},
+		{"POST /run/{ns}/{pod}/{uid}/{container}", []string{"proxy"}},
+		{"GET /debug/pprof/", []string{"proxy"}},
+		{"GET node-1/metrics", []string{"metrics"}},
+		{"/", []string{"proxy"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "https://node"+tc.path, nil)
-			got := RequestAttributes(u, "node-1", r)
-			if len(got) != len(tc.subs) {
-				t.Fatalf("got %d records %+v, want subresources %v", len(got), got, tc.subs)
-			}
-			for i, a := range got {
-				if a.Verb != tc.verb || a.Resource != "nodes" || a.Name != "node-1" || a.Subresource != tc.subs[i] || a.User != u {
-					t.Errorf("record %d = %+v, want verb %s nodes/%s name node-1", i, a, tc.verb, tc.subs[i])
-				}
-			}
-		})
+		if got := subresourcesFor(tc.pattern); !slices.Equal(got, tc.subs) {
+			t.Errorf("subresourcesFor(%q) = %v, want %v", tc.pattern, got, tc.subs)
+		}
+	}
+	for method, verb := range map[string]string{"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "HEAD": "", "CONNECT": ""} {
+		if got := verbFor(method); got != verb {
+			t.Errorf("verbFor(%s) = %q, want %q", method, got, verb)
+		}
 	}
 }
 
@@ -239,6 +232,12 @@ func TestAuthFilter(t *testing.T) {
 		{name: "metrics reader on metrics", path: "/metrics", token: "prom", want: 200},
 		{name: "metrics reader on exec", method: "POST", path: "/exec/ns/p/c", token: "prom", want: 403,
 			body: "Forbidden (user=prom, verb=create, resource=nodes, subresource=proxy)"},
+		{name: "metrics reader on an encoded escape to pods", path: "/pods/%2E%2E/metrics", token: "prom", want: 403,
+			body: "Forbidden (user=prom, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "metrics reader on a path no route serves", path: "/metrics/..%2Fpods", token: "prom", want: 403,
+			body: "Forbidden (user=prom, verb=get, resource=nodes, subresource=proxy)"},
+		{name: "admin on a path the mux would redirect", path: "/metrics/../pods", cert: adminCert, want: 404},
+		{name: "admin on a method no route serves", method: "DELETE", path: "/pods", cert: adminCert, want: 404},
 		{name: "authorizer failure", path: "/pods", cert: adminCert, sarErr: errors.New("boom"), want: 500,
 			body: "Authorization error (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)"},
 	}
@@ -247,9 +246,10 @@ func TestAuthFilter(t *testing.T) {
 			sar.err = tc.sarErr
 			var reached atomic.Int32
 			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) })
+			routes := []route{{"GET /pods", next}, {"POST /exec/{ns}/{pod}/{container}", next}, {"GET /metrics", next}}
 			authn := &UnionAuthenticator{Anonymous: tc.anonymous, Authenticators: []Authenticator{
 				&X509Authenticator{Roots: pool}, NewTokenAuthenticator(rev, time.Minute, clk)}}
-			h := withAuth(next, "node-1", authn, NewWebhookAuthorizer(sar, time.Minute, time.Second, clk), func(string, ...any) {})
+			h := newAPIHandler(routes, "node-1", authn, NewWebhookAuthorizer(sar, time.Minute, time.Second, clk), func(string, ...any) {})
 			method := tc.method
 			if method == "" {
 				method = "GET"
@@ -291,5 +291,159 @@ func TestUnionAddsAuthenticatedGroup(t *testing.T) {
 	}
 	if user.Name != "system:node:n" || strings.Join(user.Groups, ",") != "system:nodes,system:authenticated" {
 		t.Errorf("user = %+v", user)
+	}
+}
+
+// TestWebhookAuthorizerCacheKeyIsUnambiguous: a cached answer for one identity must
+// never be served to another whose groups or extra values join to the same text.
+func TestWebhookAuthorizerCacheKeyIsUnambiguous(t *testing.T) {
+	sar := &fakeSAR{allow: func(s authorizationv1.SubjectAccessReviewSpec) bool {
+		return slices.Equal(s.Groups, []string{"a", "b"}) || slices.Equal(s.Extra["scopes"], authorizationv1.ExtraValue{"x", "y"})
+	}}
+	az := NewWebhookAuthorizer(sar, 5*time.Minute, 30*time.Second, clocktesting.NewFakeClock(time.Now()))
+	ask := func(u *User) bool {
+		ok, _, err := az.Authorize(context.Background(), Attributes{User: u, Verb: "get", Resource: "nodes", Subresource: "proxy", Name: "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	pairs := []struct{ allowed, other *User }{
+		{&User{Name: "u", Groups: []string{"a", "b"}}, &User{Name: "u", Groups: []string{"a,b"}}},
+		{&User{Name: "u", Extra: map[string][]string{"scopes": {"x", "y"}}}, &User{Name: "u", Extra: map[string][]string{"scopes": {"x,y"}}}},
+	}
+	for _, p := range pairs {
+		if !ask(p.allowed) {
+			t.Fatalf("%+v denied", p.allowed)
+		}
+		if ask(p.other) {
+			t.Errorf("%+v was allowed from the cache entry of %+v", p.other, p.allowed)
+		}
+	}
+	if n := sar.calls.Load(); n != 4 {
+		t.Errorf("SubjectAccessReviews = %d, want 4 (one per identity)", n)
+	}
+}
+
+func TestSARKeyDistinguishesFields(t *testing.T) {
+	spec := func(mod func(*authorizationv1.SubjectAccessReviewSpec)) authorizationv1.SubjectAccessReviewSpec {
+		s := authorizationv1.SubjectAccessReviewSpec{User: "u", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Name: "n"}}
+		mod(&s)
+		return s
+	}
+	specs := []authorizationv1.SubjectAccessReviewSpec{
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a", "b"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a,b"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"ab"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"a", "b", ""} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.Groups = []string{"1:a"} }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.User, s.UID = "u1", "" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.User, s.UID = "u", "1" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a", "b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a,b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k=a": {"b"}}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"a"}, "l": nil}
+		}),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Subresource = "proxy" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Name = "n\xff" }),
+		spec(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Name = "n\xfe" }),
+	}
+	seen := map[string]int{}
+	for i, s := range specs {
+		k := sarKey(s)
+		if j, dup := seen[k]; dup {
+			t.Errorf("specs %d and %d share the cache key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+	// The same review in another map order has the same key.
+	a := spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+		s.Extra = map[string]authorizationv1.ExtraValue{"k": {"1"}, "l": {"2"}}
+	})
+	b := spec(func(s *authorizationv1.SubjectAccessReviewSpec) {
+		s.Extra = map[string]authorizationv1.ExtraValue{"l": {"2"}, "k": {"1"}}
+	})
+	if sarKey(a) != sarKey(b) {
+		t.Error("the key depends on map order")
+	}
+}
+
+func TestTTLCacheEvictsOneEntryAtATime(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newTTLCache[int](clk, 3)
+	hits := func(keys ...string) []string {
+		var out []string
+		for _, k := range keys {
+			if _, ok := c.get(k); ok {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	c.set("a", 1, time.Minute)
+	c.set("b", 2, time.Minute)
+	c.set("c", 3, time.Minute)
+	hits("a") // b is now the least recently used
+	c.set("d", 4, time.Minute)
+	if got := hits("a", "b", "c", "d"); !slices.Equal(got, []string{"a", "c", "d"}) {
+		t.Fatalf("full, nothing expired: cached %v, want [a c d] (only the least recently used b evicted)", got)
+	}
+	// An expired entry goes first, even when it is not the least recently used.
+	c = newTTLCache[int](clk, 3)
+	c.set("x", 1, time.Minute)
+	c.set("y", 2, 10*time.Second)
+	c.set("z", 3, time.Minute)
+	hits("x", "y") // z is the least recently used, y expires first
+	clk.Step(11 * time.Second)
+	c.set("w", 4, time.Minute)
+	if got := hits("x", "y", "z", "w"); !slices.Equal(got, []string{"x", "z", "w"}) {
+		t.Fatalf("with y expired: cached %v, want [x z w]", got)
+	}
+	if n := len(c.items); n != 3 || c.lru.Len() != 3 || len(c.exp) != 3 {
+		t.Errorf("sizes: items %d lru %d heap %d, want 3", n, c.lru.Len(), len(c.exp))
+	}
+	// Updating a key keeps one entry with the new value and expiry.
+	c.set("z", 30, time.Hour)
+	clk.Step(2 * time.Minute)
+	if v, ok := c.get("z"); !ok || v != 30 {
+		t.Errorf("z = %d, %v after its update, want 30", v, ok)
+	}
+	if got := hits("x", "w"); len(got) != 0 {
+		t.Errorf("expired entries still served: %v", got)
+	}
+}
+
+// TestTokenAuthenticatorSurvivesRandomTokenFlood: random bearer tokens fill the cache
+// with denials, but a token in use keeps its cached review.
+func TestTokenAuthenticatorSurvivesRandomTokenFlood(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	rev := &fakeTokenReviewer{tokens: map[string]authenticationv1.UserInfo{"good": {Username: "sa"}}}
+	a := NewTokenAuthenticator(rev, 2*time.Minute, clk)
+	req := func(tok string) *http.Request {
+		r := httptest.NewRequest("GET", "/pods", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return r
+	}
+	const flood = 10000
+	for i := 0; i < flood; i++ {
+		if i%500 == 0 {
+			if _, ok, err := a.Authenticate(req("good")); !ok || err != nil {
+				t.Fatalf("good token: %v %v", ok, err)
+			}
+		}
+		if _, ok, _ := a.Authenticate(req(fmt.Sprintf("random-%d", i))); ok {
+			t.Fatal("a random token authenticated")
+		}
+	}
+	if n := rev.calls.Load(); n != flood+1 {
+		t.Errorf("TokenReviews = %d, want %d (one per random token, one for the token in use)", n, flood+1)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -111,55 +110,17 @@ func New(cfg Config, deps Deps) *Server {
 // Handler is the authenticated API: every request is authenticated and authorized
 // before it reaches a handler.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	s.installDefault(mux)
-	if s.cfg.EnableDebuggingHandlers {
-		s.installDebugging(mux)
-	}
 	logf := func(msg string, kv ...any) { klog.V(2).InfoS(msg, kv...) }
-	return s.metrics.instrument(withAuth(mux, s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
+	return s.metrics.instrument(newAPIHandler(s.routes(s.cfg.EnableDebuggingHandlers), s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
 }
 
 // ReadOnlyHandler is the read-only port's API: no authentication, read-only endpoints.
 func (s *Server) ReadOnlyHandler() http.Handler {
 	mux := http.NewServeMux()
-	s.installDefault(mux)
+	for _, rt := range s.routes(false) {
+		mux.Handle(rt.pattern, rt.handler)
+	}
 	return s.metrics.instrument(mux, "readonly")
-}
-
-func (s *Server) installDefault(mux *http.ServeMux) {
-	mux.HandleFunc("/healthz", s.healthz)
-	mux.HandleFunc("/healthz/", s.healthz)
-	mux.HandleFunc("GET /pods", s.pods)
-	mux.HandleFunc("GET /pods/", s.pods)
-	if s.deps.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.deps.Metrics, promhttp.HandlerOpts{}))
-	}
-	if s.deps.ProbeMetrics != nil {
-		mux.Handle("GET /metrics/probes", promhttp.HandlerFor(s.deps.ProbeMetrics, promhttp.HandlerOpts{}))
-	}
-	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
-	mux.HandleFunc("GET /stats/summary", s.statsSummary)
-	mux.HandleFunc("POST /stats/summary", s.statsSummary)
-}
-
-func (s *Server) installDebugging(mux *http.ServeMux) {
-	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", s.containerLogs)
-	for _, verb := range []string{"exec", "attach"} {
-		for _, m := range []string{"GET", "POST"} {
-			mux.HandleFunc(m+" /"+verb+"/{ns}/{pod}/{container}", s.stream(verb))
-			mux.HandleFunc(m+" /"+verb+"/{ns}/{pod}/{uid}/{container}", s.stream(verb))
-		}
-	}
-	for _, m := range []string{"GET", "POST"} {
-		mux.HandleFunc(m+" /portForward/{ns}/{pod}", s.portForward)
-		mux.HandleFunc(m+" /portForward/{ns}/{pod}/{uid}", s.portForward)
-	}
-	mux.HandleFunc("GET /configz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{"kubeletconfig": s.cfg.Configz})
-	})
-	mux.HandleFunc("POST /run/{ns}/{pod}/{container}", s.run)
-	mux.HandleFunc("POST /run/{ns}/{pod}/{uid}/{container}", s.run)
 }
 
 // Listen opens the configured ports, so that a port in use is an error at start-up,

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // Plugin directory names, as the upstream kubelet spells them.
@@ -275,7 +277,7 @@ func (m *Manager) prepareDir(pod *v1.Pod, dir string, tmpfs bool, sizeLimit *int
 		}
 		return nil
 	}
-	mounted, err := isMountPoint(dir)
+	mounted, err := mountutil.IsMountPoint(dir)
 	if err != nil {
 		return err
 	}
@@ -314,26 +316,17 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil
 	}
-	mps, err := mountPointsUnder(dir)
+	n, err := mountutil.UnmountAllUnder(dir)
 	if err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
 	}
-	var errs []error
-	for _, mp := range mps {
-		if err := unmount(mp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, errors.Join(errs...))
-	}
-	if left, err := mountPointsUnder(dir); err != nil || len(left) > 0 {
+	if left, err := mountutil.PointsUnder(dir); err != nil || len(left) > 0 {
 		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v (err %v)", podUID, left, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: removing %s: %w", podUID, dir, err)
 	}
-	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", len(mps))
+	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", n)
 	return nil
 }
 

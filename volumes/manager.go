@@ -292,10 +292,10 @@ func (m *Manager) prepareDir(pod *v1.Pod, dir string, tmpfs bool, sizeLimit *int
 	return nil
 }
 
-// TearDownPod unmounts everything mounted below the pod's volumes directory
-// and removes the directory. It is safe to repeat; it removes nothing while
-// anything is still mounted there (so a bind mount can never lead it into
-// deleting files elsewhere).
+// TearDownPod unmounts everything mounted below the pod's volume-subpaths
+// and volumes directories and removes them. It is safe to repeat; it removes
+// nothing while anything is still mounted there and never crosses a mount
+// point (so a bind mount can never lead it into deleting files elsewhere).
 func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	st := m.state(podUID)
 	st.mu.Lock()
@@ -312,6 +312,10 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 		m.mu.Unlock()
 	}()
 
+	// Sub path mounts first: they hold the volumes' contents.
+	if err := m.tearDownSubPaths(ctx, podUID); err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
+	}
 	dir := m.podVolumesDir(podUID)
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil
@@ -320,11 +324,12 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	if err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
 	}
-	if left, err := mountutil.PointsUnder(dir); err != nil || len(left) > 0 {
-		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v (err %v)", podUID, left, err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
+	kept, err := mountutil.RemoveAll(dir)
+	if err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: removing %s: %w", podUID, dir, err)
+	}
+	if len(kept) > 0 {
+		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v", podUID, kept)
 	}
 	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", n)
 	return nil

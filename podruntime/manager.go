@@ -48,6 +48,11 @@ type Images interface {
 // Volumes prepares a pod's volumes on the host.
 type Volumes interface {
 	SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error)
+	// PrepareSubPath bind-mounts a volumeMount's sub path, resolved inside
+	// the volume, and returns the path to give the runtime.
+	PrepareSubPath(ctx context.Context, pod *v1.Pod, hv volumes.HostVolume, sp volumes.SubPath) (string, error)
+	// TearDownSubPaths unmounts and removes the pod's sub path mounts.
+	TearDownSubPaths(ctx context.Context, podUID types.UID) error
 }
 
 // NodeFacts describes the node a pod runs on, as env vars and limits need it.
@@ -400,6 +405,9 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 		if err := m.rt.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
+	}
+	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
+		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}
 	if logDir != "" {
 		if err := os.RemoveAll(logDir); err != nil {

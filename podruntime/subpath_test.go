@@ -1,0 +1,144 @@
+package podruntime
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/volumes"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind-mount sub paths in a temp dir")
+	}
+}
+
+// volumeRig is a Manager over a real volumes.Manager in a temp root dir, with
+// every mount below it undone when the test ends.
+type volumeRig struct {
+	m    *Manager
+	vols *volumes.Manager
+	root string
+}
+
+func newVolumeRig(t *testing.T) *volumeRig {
+	t.Helper()
+	requireRoot(t)
+	root := t.TempDir()
+	t.Cleanup(func() {
+		mps, _ := mountutil.PointsUnder(root)
+		for _, mp := range mps {
+			_ = unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	vols := volumes.NewManager(root, nil, clk)
+	m := New(Config{RootDir: root}, nil, nil, vols, nil, func() NodeFacts { return NodeFacts{} }, record.NewFakeRecorder(100), clk)
+	return &volumeRig{m: m, vols: vols, root: root}
+}
+
+// setUp sets the pod's volumes up and returns them.
+func (r *volumeRig) setUp(t *testing.T, pod *v1.Pod) map[string]volumes.HostVolume {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := r.vols.TearDownPod(context.Background(), pod.UID); err != nil {
+			t.Errorf("tearing down: %v", err)
+		}
+	})
+	vols, err := r.vols.SetUpPod(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vols
+}
+
+func subPathPod(containers ...v1.Container) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns1", UID: "uid-1"},
+		Spec: v1.PodSpec{
+			Volumes:    []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
+			Containers: containers,
+		},
+	}
+}
+
+// TestMountsRefusesSubPathThroughPlantedSymlink: one container plants links
+// out of the shared emptyDir; another mounts it by subPath. Before the fix
+// the runtime got <volume>/escape (the host's /) and MkdirAll created
+// outside/a/b on the host.
+func TestMountsRefusesSubPathThroughPlantedSymlink(t *testing.T) {
+	r := newVolumeRig(t)
+	outside := t.TempDir()
+	pod := subPathPod(
+		v1.Container{Name: "planter", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}}},
+		v1.Container{Name: "root", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/host", SubPath: "escape"}}},
+		v1.Container{Name: "mkdir", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/x", SubPath: "elsewhere/a/b"}}},
+	)
+	vols := r.setUp(t, pod)
+	// What `ln -s / /data/escape` in the planter does.
+	for name, target := range map[string]string{"escape": "/", "elsewhere": outside} {
+		if err := os.Symlink(target, filepath.Join(vols["data"].Path, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range pod.Spec.Containers[1:] {
+		got, err := r.m.mounts(context.Background(), pod, &c, vols, 0)
+		want := `failed to prepare subPath for volumeMount "data" of container "` + c.Name + `"`
+		if err == nil || err.Error() != want {
+			t.Errorf("container %s: mounts = %v, error %v; want error %q", c.Name, mountHostPaths(got), err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("created on the host outside the volume: %v", entries)
+	}
+}
+
+func mountHostPaths(ms []*runtimeapi.Mount) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.GetHostPath())
+	}
+	return out
+}
+
+func TestSubPathOf(t *testing.T) {
+	pod := subPathPod()
+	tests := []struct {
+		vm      v1.VolumeMount
+		want    string
+		wantErr string
+	}{
+		{vm: v1.VolumeMount{}, want: ""},
+		{vm: v1.VolumeMount{SubPath: "a/b"}, want: "a/b"},
+		{vm: v1.VolumeMount{SubPath: "v1..2"}, want: "v1..2"},
+		{vm: v1.VolumeMount{SubPath: "..data/key"}, want: "..data/key"},
+		{vm: v1.VolumeMount{SubPath: "a/../b"}, wantErr: "unable to provision SubPath `a/../b`: must not contain '..'"},
+		{vm: v1.VolumeMount{SubPath: ".."}, wantErr: "unable to provision SubPath `..`: must not contain '..'"},
+		{vm: v1.VolumeMount{SubPath: "/etc"}, wantErr: "error SubPath `/etc` must not be an absolute path"},
+	}
+	for _, tt := range tests {
+		got, err := subPathOf(&tt.vm, pod)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("%+v: %q, %v; want error %q", tt.vm, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%+v: %q, %v; want %q", tt.vm, got, err, tt.want)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
 	}
-	mounts, err := m.mounts(ctx, pod, c, vols, restartCount)
+	mounts, err := m.mounts(ctx, pod, c, vols, envs, restartCount)
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
@@ -124,8 +124,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 }
 
 // mounts turns volumeMounts into CRI mounts, plus the termination-message file and
-// the managed /etc/hosts.
-func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, restartCount int) ([]*runtimeapi.Mount, error) {
+// the managed /etc/hosts. envs is the container's environment, for subPathExpr.
+func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, envs []*runtimeapi.KeyValue, restartCount int) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	hasEtcHosts := false
 	for i := range c.VolumeMounts {
@@ -135,7 +135,7 @@ func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols
 			return nil, fmt.Errorf("volumeMount %q of container %s names no volume of the pod", vm.Name, c.Name)
 		}
 		host := hv.Path
-		sub, err := subPathOf(vm, pod)
+		sub, err := subPathOf(vm, envs)
 		if err != nil {
 			return nil, err
 		}
@@ -183,20 +183,6 @@ func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols
 		out = append(out, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: f})
 	}
 	return out, nil
-}
-
-func expandSubPath(expr string, pod *v1.Pod) string {
-	return os.Expand(expr, func(k string) string {
-		switch k {
-		case "POD_NAME":
-			return pod.Name
-		case "POD_NAMESPACE":
-			return pod.Namespace
-		case "POD_UID":
-			return string(pod.UID)
-		}
-		return ""
-	})
 }
 
 func fileExists(p string) bool {

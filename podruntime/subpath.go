@@ -4,21 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/safepath"
 	"github.com/nodelet/nodelet/volumes"
 )
 
-// subPathOf returns the volumeMount's subPath (or expanded subPathExpr),
-// checked as upstream checks it: relative, without a ".." element. "" means
-// the whole volume.
-func subPathOf(vm *v1.VolumeMount, pod *v1.Pod) (string, error) {
+// subPathOf returns the volumeMount's subPath, or its subPathExpr expanded
+// over the container's environment, checked as upstream checks it: relative,
+// without a ".." element. "" means the whole volume.
+func subPathOf(vm *v1.VolumeMount, envs []*runtimeapi.KeyValue) (string, error) {
 	sub := vm.SubPath
 	if vm.SubPathExpr != "" {
-		sub = expandSubPath(vm.SubPathExpr, pod)
+		var err error
+		if sub, err = expandSubPathExpr(vm.SubPathExpr, envs); err != nil {
+			return "", err
+		}
 	}
 	switch err := safepath.CheckRelative(sub); {
 	case errors.Is(err, safepath.ErrAbsolute):
@@ -27,6 +34,31 @@ func subPathOf(vm *v1.VolumeMount, pod *v1.Pod) (string, error) {
 		return "", fmt.Errorf("unable to provision SubPath `%s`: %w", sub, err)
 	}
 	return sub, nil
+}
+
+// expandSubPathExpr expands $(VAR) references as upstream does for
+// subPathExpr: like command and args ($$ escapes, $VAR and ${VAR} stay as
+// written), except that a variable that is unset or empty is an error
+// rather than kept literally, so replicas never share a directory named
+// after an unexpanded reference.
+func expandSubPathExpr(expr string, envs []*runtimeapi.KeyValue) (string, error) {
+	values := make(map[string]string, len(envs))
+	for _, kv := range envs {
+		values[kv.GetKey()] = string(kv.GetValue())
+	}
+	var missing []string
+	out := envvars.Expand(expr, func(name string) (string, bool) {
+		v := values[name]
+		if v == "" {
+			missing = append(missing, name)
+		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return "", fmt.Errorf("missing value for %s", strings.Join(slices.Compact(missing), ", "))
+	}
+	return out, nil
 }
 
 // subPathError is what users see of a sub path that could not be prepared:

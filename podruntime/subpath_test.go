@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/volumes"
 )
@@ -95,7 +96,7 @@ func TestMountsRefusesSubPathThroughPlantedSymlink(t *testing.T) {
 		}
 	}
 	for _, c := range pod.Spec.Containers[1:] {
-		got, err := r.m.mounts(context.Background(), pod, &c, vols, 0)
+		got, err := r.m.mounts(context.Background(), pod, &c, vols, nil, 0)
 		want := `failed to prepare subPath for volumeMount "data" of container "` + c.Name + `"`
 		if err == nil || err.Error() != want {
 			t.Errorf("container %s: mounts = %v, error %v; want error %q", c.Name, mountHostPaths(got), err, want)
@@ -114,8 +115,69 @@ func mountHostPaths(ms []*runtimeapi.Mount) []string {
 	return out
 }
 
+// TestMountsSubPathExprFromDownwardAPIEnv is the StatefulSet case: each
+// replica's subPathExpr $(POD_NAME), POD_NAME from a fieldRef, must land in
+// its own directory. Before the fix it was left as a literal.
+func TestMountsSubPathExprFromDownwardAPIEnv(t *testing.T) {
+	r := newVolumeRig(t)
+	c := v1.Container{
+		Name: "app",
+		Env: []v1.EnvVar{{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{
+			FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}},
+		VolumeMounts: []v1.VolumeMount{
+			{Name: "data", MountPath: "/data"},
+			{Name: "data", MountPath: "/logs", SubPathExpr: "logs/$(POD_NAME)"},
+			{Name: "data", MountPath: "/plain", SubPath: "v1..2"},
+		},
+	}
+	pod := subPathPod(c)
+	vols := r.setUp(t, pod)
+	envs, err := envvars.ForContainer(context.Background(), pod, &c, nil, envvars.PodInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.m.mounts(context.Background(), pod, &c, vols, envs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := vols["data"].Path
+	byPath := map[string]string{}
+	for _, m := range got {
+		byPath[m.GetContainerPath()] = m.GetHostPath()
+	}
+	if byPath["/data"] != vol {
+		t.Errorf("/data from %s, want the volume %s", byPath["/data"], vol)
+	}
+	subpaths := filepath.Join(r.root, "pods", "uid-1", "volume-subpaths", "data", "app")
+	for mountPath, want := range map[string]struct{ target, dir string }{
+		"/logs":  {filepath.Join(subpaths, "1"), "logs/web-0"},
+		"/plain": {filepath.Join(subpaths, "2"), "v1..2"},
+	} {
+		if byPath[mountPath] != want.target {
+			t.Errorf("%s from %s, want %s", mountPath, byPath[mountPath], want.target)
+			continue
+		}
+		var a, b unix.Stat_t
+		if err := unix.Stat(want.target, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(filepath.Join(vol, want.dir), &b); err != nil {
+			t.Fatalf("%s: %v", want.dir, err)
+		}
+		if a.Ino != b.Ino || a.Dev != b.Dev {
+			t.Errorf("%s is not a mount of %s", want.target, want.dir)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(vol, "logs")); len(entries) != 1 {
+		t.Errorf("logs/ holds %v, want only web-0", entries)
+	}
+}
+
 func TestSubPathOf(t *testing.T) {
-	pod := subPathPod()
+	envs := []*runtimeapi.KeyValue{
+		{Key: "POD_NAME", Value: []byte("web-0")}, {Key: "NS", Value: []byte("prod")},
+		{Key: "EMPTY"}, {Key: "UP", Value: []byte("..")}, {Key: "ABS", Value: []byte("/etc")},
+	}
 	tests := []struct {
 		vm      v1.VolumeMount
 		want    string
@@ -128,9 +190,18 @@ func TestSubPathOf(t *testing.T) {
 		{vm: v1.VolumeMount{SubPath: "a/../b"}, wantErr: "unable to provision SubPath `a/../b`: must not contain '..'"},
 		{vm: v1.VolumeMount{SubPath: ".."}, wantErr: "unable to provision SubPath `..`: must not contain '..'"},
 		{vm: v1.VolumeMount{SubPath: "/etc"}, wantErr: "error SubPath `/etc` must not be an absolute path"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(POD_NAME)"}, want: "web-0"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(NS)/$(POD_NAME)"}, want: "prod/web-0"},
+		{vm: v1.VolumeMount{SubPathExpr: "$POD_NAME"}, want: "$POD_NAME"},
+		{vm: v1.VolumeMount{SubPathExpr: "${POD_NAME}"}, want: "${POD_NAME}"},
+		{vm: v1.VolumeMount{SubPathExpr: "$$(POD_NAME)"}, want: "$(POD_NAME)"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(POD_NAME"}, want: "$(POD_NAME"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(NOPE)/$(EMPTY)/$(NOPE)"}, wantErr: "missing value for EMPTY, NOPE"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(UP)/x"}, wantErr: "unable to provision SubPath `../x`: must not contain '..'"},
+		{vm: v1.VolumeMount{SubPathExpr: "$(ABS)"}, wantErr: "error SubPath `/etc` must not be an absolute path"},
 	}
 	for _, tt := range tests {
-		got, err := subPathOf(&tt.vm, pod)
+		got, err := subPathOf(&tt.vm, envs)
 		if tt.wantErr != "" {
 			if err == nil || err.Error() != tt.wantErr {
 				t.Errorf("%+v: %q, %v; want error %q", tt.vm, got, err, tt.wantErr)

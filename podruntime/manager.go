@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 	"github.com/nodelet/nodelet/volumes"
@@ -410,12 +411,18 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}
 	if logDir != "" {
-		if err := os.RemoveAll(logDir); err != nil {
+		if kept, err := mountutil.RemoveAll(logDir); err != nil {
 			errs = append(errs, fmt.Errorf("removing pod log directory: %w", err))
+		} else if len(kept) > 0 {
+			klog.FromContext(ctx).Info("Kept mount points in the log directory of a removed pod", "podUID", uid, "paths", kept)
 		}
 	}
+	// Never through a mount: plugins/ may hold what a CSI driver or an
+	// earlier kubelet mounted there.
 	for _, sub := range []string{"containers", "etc-hosts", "plugins"} {
-		_ = os.RemoveAll(filepath.Join(m.PodDir(uid), sub))
+		if kept, _ := mountutil.RemoveAll(filepath.Join(m.PodDir(uid), sub)); len(kept) > 0 {
+			klog.FromContext(ctx).Info("Kept mount points in the directory of a removed pod", "podUID", uid, "paths", kept)
+		}
 	}
 	// The pod directory goes only once volumes were torn down (it is empty then).
 	_ = os.Remove(filepath.Join(m.PodDir(uid), "volumes"))

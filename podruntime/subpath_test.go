@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/volumes"
 )
 
@@ -211,5 +212,42 @@ func TestSubPathOf(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%+v: %q, %v; want %q", tt.vm, got, err, tt.want)
 		}
+	}
+}
+
+// TestRemovePodKeepsDataBehindMounts: before the fix RemovePod's
+// os.RemoveAll of plugins/ deleted what a CSI driver (or an earlier kubelet)
+// had mounted there.
+func TestRemovePodKeepsDataBehindMounts(t *testing.T) {
+	r := newVolumeRig(t)
+	precious := t.TempDir()
+	if err := os.WriteFile(filepath.Join(precious, "pv-data"), []byte("pv"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	podDir := r.m.PodDir("uid-1")
+	csi := filepath.Join(podDir, "plugins", "kubernetes.io~csi", "pv", "mount")
+	logDir := filepath.Join(r.root, "logs", "ns1_web-0_uid-1")
+	logMount := filepath.Join(logDir, "mnt")
+	for _, d := range []string{csi, filepath.Join(podDir, "containers", "c"), logMount} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mp := range []string{csi, logMount} {
+		if err := unix.Mount(precious, mp, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.m.RemovePod(context.Background(), "uid-1", &pleg.PodStatus{}, logDir); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(precious, "pv-data")); err != nil || string(got) != "pv" {
+		t.Fatalf("data behind the mounts: %q, %v", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(podDir, "containers")); !os.IsNotExist(err) {
+		t.Errorf("containers/ not removed: %v", err)
+	}
+	if mounted, _ := mountutil.IsMountPoint(csi); !mounted {
+		t.Error("the CSI mount was not kept")
 	}
 }

@@ -40,12 +40,7 @@ func newVolumeRig(t *testing.T) *volumeRig {
 	t.Helper()
 	requireRoot(t)
 	root := t.TempDir()
-	t.Cleanup(func() {
-		mps, _ := mountutil.PointsUnder(root)
-		for _, mp := range mps {
-			_ = unix.Unmount(mp, unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { _, _ = mountutil.UnmountAllUnder(root) })
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	vols := volumes.NewManager(root, nil, clk)
 	m := New(Config{RootDir: root}, nil, nil, vols, nil, func() NodeFacts { return NodeFacts{} }, record.NewFakeRecorder(100), clk)

@@ -33,12 +33,7 @@ func TestCleanupOrphanedPodDirsNeverDeletesThroughMounts(t *testing.T) {
 		t.Skip("needs root to bind-mount in a temp dir")
 	}
 	root := t.TempDir()
-	t.Cleanup(func() {
-		mps, _ := mountutil.PointsUnder(root)
-		for _, mp := range mps {
-			_ = unix.Unmount(mp, unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { _, _ = mountutil.UnmountAllUnder(root) })
 	subpathData, csiData := t.TempDir(), t.TempDir()
 	for _, d := range []string{subpathData, csiData} {
 		if err := os.WriteFile(filepath.Join(d, "data"), []byte("keep me"), 0o644); err != nil {

@@ -320,16 +320,9 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil
 	}
-	n, err := mountutil.UnmountAllUnder(dir)
+	n, err := mountutil.UnmountAndRemoveAll(dir)
 	if err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
-	}
-	kept, err := mountutil.RemoveAll(dir)
-	if err != nil {
-		return fmt.Errorf("tearing down volumes of pod %s: removing %s: %w", podUID, dir, err)
-	}
-	if len(kept) > 0 {
-		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v", podUID, kept)
 	}
 	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", n)
 	return nil

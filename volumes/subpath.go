@@ -155,16 +155,9 @@ func (m *Manager) tearDownSubPaths(ctx context.Context, podUID types.UID) error 
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	n, err := mountutil.UnmountAllUnder(dir)
-	if err != nil {
-		return fmt.Errorf("unmounting volume sub paths of pod %s: %w", podUID, err)
-	}
-	kept, err := mountutil.RemoveAll(dir)
+	n, err := mountutil.UnmountAndRemoveAll(dir)
 	if err != nil {
 		return fmt.Errorf("removing volume sub paths of pod %s: %w", podUID, err)
-	}
-	if len(kept) > 0 {
-		return fmt.Errorf("removing volume sub paths of pod %s: still mounted %v", podUID, kept)
 	}
 	klog.FromContext(ctx).V(2).Info("Removed volume sub paths", "podUID", podUID, "unmounted", n)
 	return nil

@@ -32,12 +32,7 @@ func newSubPathRig(t *testing.T) *subPathRig {
 	requireRoot(t)
 	m, root, _ := newTestManager(t, nil)
 	// Last resort if a test fails half-way: no mount outlives the test.
-	t.Cleanup(func() {
-		mps, _ := mountutil.PointsUnder(root)
-		for _, mp := range mps {
-			_ = unix.Unmount(mp, unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { _, _ = mountutil.UnmountAllUnder(root) })
 	host := filepath.Join(t.TempDir(), "host")
 	if err := os.MkdirAll(filepath.Join(host, "keep"), 0o755); err != nil {
 		t.Fatal(err)

@@ -97,6 +97,24 @@ func UnmountAllUnder(dir string) (int, error) {
 	return len(mps), errors.Join(errs...)
 }
 
+// UnmountAndRemoveAll unmounts everything at or below dir and then removes
+// dir, never crossing a mount point that is still there (which is an error).
+// It returns how many mount points it unmounted.
+func UnmountAndRemoveAll(dir string) (int, error) {
+	n, err := UnmountAllUnder(dir)
+	if err != nil {
+		return n, err
+	}
+	kept, err := RemoveAll(dir)
+	if err != nil {
+		return n, err
+	}
+	if len(kept) > 0 {
+		return n, fmt.Errorf("removing %s: still mounted %v", dir, kept)
+	}
+	return n, nil
+}
+
 // Unmount unmounts path; a path that is not a mount point is not an error.
 func Unmount(path string) error {
 	err := unix.Unmount(path, 0)

@@ -101,11 +101,8 @@ func TestRemoveAllKeepsMountedData(t *testing.T) {
 	}
 
 	// Once unmounted, the rest goes.
-	if n, err := UnmountAllUnder(pod); err != nil || n != 3 {
-		t.Fatalf("UnmountAllUnder = %d, %v; want 3", n, err)
-	}
-	if kept, err := RemoveAll(pod); err != nil || len(kept) != 0 {
-		t.Fatalf("second RemoveAll kept %v, %v", kept, err)
+	if n, err := UnmountAndRemoveAll(pod); err != nil || n != 3 {
+		t.Fatalf("UnmountAndRemoveAll = %d, %v; want 3", n, err)
 	}
 	if _, err := os.Lstat(pod); !os.IsNotExist(err) {
 		t.Errorf("pod directory left: %v", err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // DefaultContainerGCPeriod is upstream's ContainerGCPeriod.
@@ -167,8 +168,13 @@ func (g *ContainerGC) removeLogDirs(isDeleted func(string) bool) error {
 		}
 		dir := filepath.Join(g.podLogsDir, e.Name())
 		klog.V(2).InfoS("Removing log directory of deleted pod", "path", dir)
-		if err := os.RemoveAll(dir); err != nil {
+		// Never through a mount point: the data behind it is not the pod's logs.
+		kept, err := mountutil.RemoveAll(dir)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("removing pod log dir %s: %w", dir, err))
+		}
+		if len(kept) > 0 {
+			klog.InfoS("Kept mount points in the log directory of a deleted pod", "path", dir, "mounted", kept)
 		}
 	}
 	return errors.Join(errs...)

@@ -69,7 +69,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
 	}
-	mounts, err := m.mounts(pod, c, vols, restartCount)
+	mounts, err := m.mounts(ctx, pod, c, vols, envs, restartCount)
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
@@ -127,29 +127,24 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 }
 
 // mounts turns volumeMounts into CRI mounts, plus the termination-message file and
-// the managed /etc/hosts.
-func (m *Manager) mounts(pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, restartCount int) ([]*runtimeapi.Mount, error) {
+// the managed /etc/hosts. envs is the container's environment, for subPathExpr.
+func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, envs []*runtimeapi.KeyValue, restartCount int) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	hasEtcHosts := false
-	for _, vm := range c.VolumeMounts {
+	for i := range c.VolumeMounts {
+		vm := &c.VolumeMounts[i]
 		hv, ok := vols[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %q of container %s names no volume of the pod", vm.Name, c.Name)
 		}
 		host := hv.Path
-		if vm.SubPath != "" || vm.SubPathExpr != "" {
-			sub := vm.SubPath
-			if vm.SubPathExpr != "" {
-				sub = expandSubPath(vm.SubPathExpr, pod)
-			}
-			if filepath.IsAbs(sub) || strings.Contains(filepath.Clean(sub), "..") {
-				return nil, fmt.Errorf("subPath %q of volumeMount %q must be a relative path without '..'", sub, vm.Name)
-			}
-			host = filepath.Join(hv.Path, sub)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
-				if err := os.MkdirAll(host, 0o750); err != nil {
-					return nil, fmt.Errorf("creating subPath %s: %w", host, err)
-				}
+		sub, err := subPathOf(vm, envs)
+		if err != nil {
+			return nil, err
+		}
+		if sub != "" {
+			if host, err = m.prepareSubPath(ctx, pod, c, i, hv, sub); err != nil {
+				return nil, err
 			}
 		}
 		if vm.MountPath == "/etc/hosts" {
@@ -191,20 +186,6 @@ func (m *Manager) mounts(pod *v1.Pod, c *v1.Container, vols map[string]volumes.H
 		out = append(out, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: f})
 	}
 	return out, nil
-}
-
-func expandSubPath(expr string, pod *v1.Pod) string {
-	return os.Expand(expr, func(k string) string {
-		switch k {
-		case "POD_NAME":
-			return pod.Name
-		case "POD_NAMESPACE":
-			return pod.Namespace
-		case "POD_UID":
-			return string(pod.UID)
-		}
-		return ""
-	})
 }
 
 func fileExists(p string) bool {

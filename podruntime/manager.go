@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 	"github.com/nodelet/nodelet/pullrecords"
@@ -50,6 +51,11 @@ type Images interface {
 // Volumes prepares a pod's volumes on the host.
 type Volumes interface {
 	SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error)
+	// PrepareSubPath bind-mounts a volumeMount's sub path, resolved inside
+	// the volume, and returns the path to give the runtime.
+	PrepareSubPath(ctx context.Context, pod *v1.Pod, hv volumes.HostVolume, sp volumes.SubPath) (string, error)
+	// TearDownSubPaths unmounts and removes the pod's sub path mounts.
+	TearDownSubPaths(ctx context.Context, podUID types.UID) error
 }
 
 // NodeFacts describes the node a pod runs on, as env vars and limits need it.
@@ -414,13 +420,22 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
 	}
+	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
+		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
+	}
 	if logDir != "" {
-		if err := os.RemoveAll(logDir); err != nil {
+		if kept, err := mountutil.RemoveAll(logDir); err != nil {
 			errs = append(errs, fmt.Errorf("removing pod log directory: %w", err))
+		} else if len(kept) > 0 {
+			klog.FromContext(ctx).Info("Kept mount points in the log directory of a removed pod", "podUID", uid, "paths", kept)
 		}
 	}
+	// Never through a mount: plugins/ may hold what a CSI driver or an
+	// earlier kubelet mounted there.
 	for _, sub := range []string{"containers", "etc-hosts", "plugins"} {
-		_ = os.RemoveAll(filepath.Join(m.PodDir(uid), sub))
+		if kept, _ := mountutil.RemoveAll(filepath.Join(m.PodDir(uid), sub)); len(kept) > 0 {
+			klog.FromContext(ctx).Info("Kept mount points in the directory of a removed pod", "podUID", uid, "paths", kept)
+		}
 	}
 	// The pod directory goes only once volumes were torn down (it is empty then).
 	_ = os.Remove(filepath.Join(m.PodDir(uid), "volumes"))

@@ -558,9 +558,7 @@ func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bo
 			klog.FromContext(ctx).Error(err, "Tearing down volumes of orphaned pod directory", "podUID", uid)
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(l.cfg.RootDir, "pods", string(uid))); err != nil {
-			klog.FromContext(ctx).Error(err, "Removing orphaned pod directory", "podUID", uid)
-		}
+		removeOrphanedPodDir(ctx, filepath.Join(l.cfg.RootDir, "pods", string(uid)), uid)
 	}
 }
 

@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -64,6 +65,10 @@ type fakeVolumes struct {
 func (f *fakeVolumes) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error) {
 	return map[string]volumes.HostVolume{}, nil
 }
+func (f *fakeVolumes) PrepareSubPath(ctx context.Context, pod *v1.Pod, hv volumes.HostVolume, sp volumes.SubPath) (string, error) {
+	return "", errors.New("fakeVolumes has no sub paths")
+}
+func (f *fakeVolumes) TearDownSubPaths(ctx context.Context, uid types.UID) error { return nil }
 func (f *fakeVolumes) TearDownPod(ctx context.Context, uid types.UID) error {
 	f.mu.Lock()
 	f.tornDown[uid] = true

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // Plugin directory names, as the upstream kubelet spells them.
@@ -275,7 +277,7 @@ func (m *Manager) prepareDir(pod *v1.Pod, dir string, tmpfs bool, sizeLimit *int
 		}
 		return nil
 	}
-	mounted, err := isMountPoint(dir)
+	mounted, err := mountutil.IsMountPoint(dir)
 	if err != nil {
 		return err
 	}
@@ -290,10 +292,10 @@ func (m *Manager) prepareDir(pod *v1.Pod, dir string, tmpfs bool, sizeLimit *int
 	return nil
 }
 
-// TearDownPod unmounts everything mounted below the pod's volumes directory
-// and removes the directory. It is safe to repeat; it removes nothing while
-// anything is still mounted there (so a bind mount can never lead it into
-// deleting files elsewhere).
+// TearDownPod unmounts everything mounted below the pod's volume-subpaths
+// and volumes directories and removes them. It is safe to repeat; it removes
+// nothing while anything is still mounted there and never crosses a mount
+// point (so a bind mount can never lead it into deleting files elsewhere).
 func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	st := m.state(podUID)
 	st.mu.Lock()
@@ -310,30 +312,19 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 		m.mu.Unlock()
 	}()
 
+	// Sub path mounts first: they hold the volumes' contents.
+	if err := m.tearDownSubPaths(ctx, podUID); err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
+	}
 	dir := m.podVolumesDir(podUID)
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil
 	}
-	mps, err := mountPointsUnder(dir)
+	n, err := mountutil.UnmountAndRemoveAll(dir)
 	if err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
 	}
-	var errs []error
-	for _, mp := range mps {
-		if err := unmount(mp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, errors.Join(errs...))
-	}
-	if left, err := mountPointsUnder(dir); err != nil || len(left) > 0 {
-		return fmt.Errorf("tearing down volumes of pod %s: still mounted %v (err %v)", podUID, left, err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("tearing down volumes of pod %s: removing %s: %w", podUID, dir, err)
-	}
-	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", len(mps))
+	klog.V(2).InfoS("Tore down pod volumes", "podUID", podUID, "unmounted", n)
 	return nil
 }
 

@@ -25,6 +25,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // fakeKube is a hand-written KubeGetter that records its calls.
@@ -335,7 +337,7 @@ func TestSecretVolumeOnTmpfs(t *testing.T) {
 	if mustRead(t, filepath.Join(dir, "password")) != "pw" || mode(t, filepath.Join(dir, "password")) != 0o644 {
 		t.Error("secret file content or mode wrong")
 	}
-	if mounted, err := isMountPoint(dir); err != nil || !mounted {
+	if mounted, err := mountutil.IsMountPoint(dir); err != nil || !mounted {
 		t.Errorf("secret volume not on its own mount: %v %v", mounted, err)
 	}
 	var st unix.Statfs_t
@@ -351,7 +353,7 @@ func TestSecretVolumeOnTmpfs(t *testing.T) {
 	if _, err := m.SetUpPod(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	mps, _ := mountPointsUnder(dir)
+	mps, _ := mountutil.PointsUnder(dir)
 	if len(mps) != 1 {
 		t.Errorf("mounts at %s after repeat: %v", dir, mps)
 	}
@@ -462,7 +464,7 @@ func TestKubeAPIAccessProjectedVolume(t *testing.T) {
 			t.Errorf("%s mode %v, want 0644", p, md)
 		}
 	}
-	if mounted, _ := isMountPoint(dir); !mounted {
+	if mounted, _ := mountutil.IsMountPoint(dir); !mounted {
 		t.Error("projected volume is not on a tmpfs")
 	}
 	if len(kube.tokReqs) != 1 {
@@ -670,7 +672,7 @@ func TestEmptyDirAndTearDown(t *testing.T) {
 	if md := mode(t, scratch); md != 0o777 {
 		t.Errorf("emptyDir mode %v, want 0777", md)
 	}
-	if mounted, _ := isMountPoint(scratch); mounted {
+	if mounted, _ := mountutil.IsMountPoint(scratch); mounted {
 		t.Error("disk emptyDir is a mount")
 	}
 	sizes := map[string]int64{"shm": 16 << 20, "mem": 256 << 20} // sizeLimit; else the pod's memory limit
@@ -690,7 +692,7 @@ func TestEmptyDirAndTearDown(t *testing.T) {
 	if _, err := m.SetUpPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if mps, _ := mountPointsUnder(m.podVolumesDir(pod.UID)); len(mps) != 3 {
+	if mps, _ := mountutil.PointsUnder(m.podVolumesDir(pod.UID)); len(mps) != 3 {
 		t.Errorf("after repeat setup: mounts %v, want 3", mps)
 	}
 	if !m.PodVolumesExist(pod.UID) {
@@ -706,7 +708,7 @@ func TestEmptyDirAndTearDown(t *testing.T) {
 			t.Fatalf("teardown %d: %v", i, err)
 		}
 	}
-	if mps, _ := mountPointsUnder(filepath.Join(root, "pods")); len(mps) != 0 {
+	if mps, _ := mountutil.PointsUnder(filepath.Join(root, "pods")); len(mps) != 0 {
 		t.Errorf("mounts left: %v", mps)
 	}
 	if _, err := os.Stat(m.podVolumesDir(pod.UID)); !os.IsNotExist(err) {
@@ -871,7 +873,7 @@ func TestFSGroupAndFsUser(t *testing.T) {
 	if after := dataTarget(t, cmDir); after != before {
 		t.Errorf("restarted manager rewrote unchanged data: %s -> %s", before, after)
 	}
-	if mps, _ := mountPointsUnder(m.podVolumesDir(pod.UID)); len(mps) != 1 {
+	if mps, _ := mountutil.PointsUnder(m.podVolumesDir(pod.UID)); len(mps) != 1 {
 		t.Errorf("mounts after restart %v, want the one projected tmpfs", mps)
 	}
 }

@@ -30,8 +30,9 @@ const maxManifestSize = 10 << 20
 
 // RunFileSource reads static pods from path (a directory, every file in it whose
 // name does not start with a dot, as upstream; or a single file) now and every
-// period, until ctx is done. A file holds one v1 Pod. It blocks; run it in its own
-// goroutine. Polling only (no inotify): a change is seen within one period.
+// period, until ctx is done. A file holds a v1 Pod or a v1 PodList. It blocks; run
+// it in its own goroutine. Polling only (no inotify): a change is seen within one
+// period.
 func (c *Config) RunFileSource(ctx context.Context, path string, period time.Duration) {
 	if period <= 0 {
 		period = DefaultFileCheckFrequency
@@ -119,7 +120,7 @@ func (c *Config) loadStaticPods(ctx context.Context, path string) ([]*v1.Pod, er
 	return pods, nil
 }
 
-// loadStaticPodFile reads one manifest and decodes, defaults and validates its pod.
+// loadStaticPodFile reads one manifest and decodes, defaults and validates its pods.
 func (c *Config) loadStaticPodFile(file string) ([]*v1.Pod, error) {
 	data, err := readManifest(file)
 	if err != nil {
@@ -179,7 +180,15 @@ func checkManifestFile(fi fs.FileInfo) error {
 	return nil
 }
 
-// decodeManifest turns manifest bytes from file into the pods to run on nodeName.
+// typeMeta is the apiVersion and kind of a manifest or of a PodList item.
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// decodeManifest turns manifest bytes from file into the pods to run on nodeName:
+// one for a v1 Pod, one per item for a v1 PodList. Any bad pod refuses the whole
+// file.
 func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("manifest is empty")
@@ -188,24 +197,49 @@ func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse manifest as YAML or JSON: %w", err)
 	}
-	var tm struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
+	var tm typeMeta
 	if err := json.Unmarshal(js, &tm); err != nil {
 		return nil, fmt.Errorf("manifest is not an object: %w", err)
 	}
-	if tm.Kind != "Pod" {
-		return nil, fmt.Errorf("kind is %q, want Pod", tm.Kind)
+	if tm.Kind != "Pod" && tm.Kind != "PodList" {
+		return nil, fmt.Errorf("kind is %q, want Pod or PodList", tm.Kind)
 	}
 	if tm.APIVersion != "v1" {
 		return nil, fmt.Errorf("apiVersion is %q, want v1", tm.APIVersion)
 	}
-	pod, err := decodePod(js, staticPodUID(data, nodeName, file), nodeName)
-	if err != nil {
-		return nil, err
+	if tm.Kind == "Pod" {
+		// The UID hashes the file's bytes, so it stays what earlier versions gave.
+		pod, err := decodePod(js, staticPodUID(data, nodeName, file), nodeName)
+		if err != nil {
+			return nil, err
+		}
+		return []*v1.Pod{pod}, nil
 	}
-	return []*v1.Pod{pod}, nil
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(js, &list); err != nil {
+		return nil, fmt.Errorf("decode pod list: %w", err)
+	}
+	pods := make([]*v1.Pod, 0, len(list.Items))
+	for i, item := range list.Items {
+		var itm typeMeta
+		if err := json.Unmarshal(item, &itm); err != nil {
+			return nil, fmt.Errorf("items[%d] is not an object: %w", i, err)
+		}
+		// Items of a PodList may leave out their type; if given it must be a v1 Pod.
+		if (itm.Kind != "" && itm.Kind != "Pod") || (itm.APIVersion != "" && itm.APIVersion != "v1") {
+			return nil, fmt.Errorf("items[%d] is %s %s, want a v1 Pod", i, itm.APIVersion, itm.Kind)
+		}
+		// Each item's UID hashes that item only: editing one pod of the list
+		// does not restart the others.
+		pod, err := decodePod(item, staticPodUID(item, nodeName, file), nodeName)
+		if err != nil {
+			return nil, fmt.Errorf("items[%d]: %w", i, err)
+		}
+		pods = append(pods, pod)
+	}
+	return pods, nil
 }
 
 // decodePod turns one pod's JSON into a pod with uid, ready to run on nodeName.

@@ -435,6 +435,56 @@ func TestFileSourceRefusesOversizedManifest(t *testing.T) {
 	}
 }
 
+const podList = `apiVersion: v1
+kind: PodList
+items:
+- metadata:
+    name: one
+  spec:
+    containers: [{name: c, image: busybox:1.36}]
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: two
+    namespace: kube-system
+  spec:
+    containers: [{name: c, image: busybox:1.36}]
+`
+
+func TestFileSourcePodList(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "list.yaml"), podList)
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, context.Background(), c, dir, nil)
+	if got := podNames(pods); len(got) != 2 || got[0] != "one-"+testNode || got[1] != "two-"+testNode {
+		t.Fatalf("pods = %v, want one and two", got)
+	}
+	if pods[0].UID == pods[1].UID {
+		t.Errorf("both pods of the list have UID %s", pods[0].UID)
+	}
+	if pods[0].Namespace != "default" || pods[1].Namespace != "kube-system" {
+		t.Errorf("namespaces %s, %s", pods[0].Namespace, pods[1].Namespace)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != testNode || p.Annotations[AnnotationConfigHash] != string(p.UID) {
+			t.Errorf("pod %s: nodeName %q, hash %q, uid %q", p.Name, p.Spec.NodeName, p.Annotations[AnnotationConfigHash], p.UID)
+		}
+	}
+
+	// Editing one item gives only that pod a new UID.
+	writeFile(t, filepath.Join(dir, "list.yaml"), strings.Replace(podList, "namespace: kube-system", "namespace: kube-system\n    labels: {edited: \"yes\"}", 1))
+	again := loadBounded(t, context.Background(), c, dir, nil)
+	if len(again) != 2 || again[0].UID != pods[0].UID || again[1].UID == pods[1].UID {
+		t.Errorf("after editing item two: UIDs %v, want one's unchanged and two's new", []string{string(again[0].UID), string(again[1].UID)})
+	}
+
+	// One bad item refuses the whole list (as a bad pod refuses its file).
+	writeFile(t, filepath.Join(dir, "list.yaml"), podList+"- metadata: {name: three}\n  spec: {containers: []}\n")
+	if got := podNames(loadBounded(t, context.Background(), c, dir, nil)); len(got) != 0 {
+		t.Errorf("pods = %v from a list with an invalid item, want none", got)
+	}
+}
+
 func TestFileSourceReadsEveryVisibleFile(t *testing.T) {
 	dir := t.TempDir()
 	// Upstream reads every file whose name does not start with a dot, whatever its extension.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -113,9 +112,6 @@ func writeKubeconfig(bootstrap *rest.Config, path, pemPath string) error {
 	data, err := clientcmd.Write(cfg)
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating the directory of kubeconfig %s: %w", path, err)
 	}
 	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("storing kubeconfig: %w", err)

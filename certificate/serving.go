@@ -272,9 +272,6 @@ func ensureSelfSigned(logger klog.Logger, certFile, keyFile, host string) error 
 	if err != nil {
 		return fmt.Errorf("generating a self-signed serving certificate for %s: %w", host, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(certFile), 0o755); err != nil {
-		return fmt.Errorf("creating the cert dir for %s: %w", certFile, err)
-	}
 	// Key first: a crash before the certificate is written leaves a pair that
 	// does not match, which the next start generates again.
 	if err := atomicfile.WriteFile(keyFile, keyPEM, 0o600); err != nil {

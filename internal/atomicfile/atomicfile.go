@@ -14,10 +14,14 @@ import (
 // apply): it writes a temporary file in the same directory, syncs it, renames
 // it over path and syncs the directory, so after a crash path holds either
 // its old content or all of data. A symlink at path is replaced, not followed.
+// A missing directory is created (0755), as nodelet's cert dir may be.
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating the directory of %s: %w", path, err)
 	}
 	// Hidden, so that directory scanners (static pods, drop-ins) pass it over.
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")

@@ -72,8 +72,15 @@ func TestWriteFileFailureKeepsOldContent(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries after a failed write, want the temporary file removed", len(entries))
 	}
-	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
-		t.Error("writing into a missing directory succeeded")
+}
+
+func TestWriteFileCreatesTheDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pki", "kubelet.key")
+	if err := WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "x" {
+		t.Errorf("content %q, %v", got, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // Why one bootstrap attempt failed; each comes with what the operator can do.
@@ -163,11 +166,10 @@ func (b *Bootstrapper) attempt(ctx context.Context) (*Issued, error) {
 	if err := os.MkdirAll(b.CertDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the cert dir %s: %w", b.CertDir, err)
 	}
-	keyPEM, generated, err := keyutil.LoadOrGenerateKeyFile(b.pendingKeyPath())
+	keyPEM, err := loadOrGeneratePendingKey(logger, b.pendingKeyPath())
 	if err != nil {
-		return nil, fmt.Errorf("loading or creating the bootstrap key %s: %w", b.pendingKeyPath(), err)
+		return nil, err
 	}
-	logger.V(2).Info("Bootstrap key", "path", b.pendingKeyPath(), "generated", generated)
 
 	req, err := newClientCSR(b.NodeName, keyPEM)
 	if err != nil {
@@ -194,6 +196,35 @@ func (b *Bootstrapper) attempt(ctx context.Context) (*Issued, error) {
 		return nil, &BootstrapError{Reason: FailureInvalid, CSR: name, msg: "the certificate issued for " + name + " is not usable", err: err}
 	}
 	return &Issued{CertPEM: certPEM, KeyPEM: keyPEM, CSR: name}, nil
+}
+
+// loadOrGeneratePendingKey returns the bootstrap key kept in path, or a new
+// one written there. nodelet alone writes that file, so one it cannot parse
+// (empty or cut short by a crash while an older version wrote it) is replaced
+// rather than failing every attempt forever.
+func loadOrGeneratePendingKey(logger klog.Logger, path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		_, perr := keyutil.ParsePrivateKeyPEM(data)
+		if perr == nil {
+			logger.V(2).Info("Reusing the pending bootstrap key", "path", path)
+			return data, nil
+		}
+		logger.Info("The pending bootstrap key cannot be parsed (a write was interrupted); generating a new one, so a new certificate signing request is filed",
+			"path", path, "size", len(data), "err", perr)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("reading the pending bootstrap key %s: %w", path, err)
+	}
+	keyPEM, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("generating the bootstrap key: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("storing the bootstrap key: %w", err)
+	}
+	logger.V(2).Info("Generated the bootstrap key", "path", path)
+	return keyPEM, nil
 }
 
 type clientCSR struct {

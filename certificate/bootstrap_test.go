@@ -15,7 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -254,5 +257,82 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A pending key nodelet cannot parse (left by a crash mid-write) is replaced,
+// instead of failing every attempt forever.
+func TestBootstrapperReplacesUnparsablePendingKey(t *testing.T) {
+	ca := newTestCA(t)
+	valid, _ := keyutil.MakeEllipticPrivateKeyPEM()
+	for name, content := range map[string][]byte{
+		"empty":     {},
+		"cut short": valid[:len(valid)/2],
+		"garbage":   []byte("not a key\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cp := newFakeControlPlane(t, ca, time.Hour)
+			writeKubeconfigFile(t, filepath.Join(dir, "bootstrap.conf"), "https://127.0.0.1:1", ca.certPEM, "abcdef.0123456789abcdef", nil, nil)
+			fc := testingclock.NewFakeClock(time.Now())
+			runClock(t, fc)
+			b := newBootstrapper(dir, cp, fc)
+			if err := os.MkdirAll(b.CertDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(b.pendingKeyPath(), content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), 20*time.Second)
+			defer cancel()
+			issued, err := b.Run(ctx)
+			if err != nil {
+				t.Fatalf("bootstrap with a %s pending key: %v", name, err)
+			}
+			onDisk, err := os.ReadFile(b.pendingKeyPath())
+			if err != nil || !bytes.Equal(onDisk, issued.KeyPEM) {
+				t.Errorf("the pending key file does not hold the issued certificate's key (err %v)", err)
+			}
+			if m := fileMode(t, b.pendingKeyPath()); m != 0o600 {
+				t.Errorf("pending key mode = %o, want 600", m)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if !strings.Contains(logs, "pending bootstrap key cannot be parsed") || !strings.Contains(logs, b.pendingKeyPath()) {
+				t.Errorf("no log names the replaced key file:\n%s", logs)
+			}
+		})
+	}
+}
+
+func TestWriteKubeconfigAtomicAndPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "etc", "kubelet.conf")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// What an interrupted write leaves: a torn file, with too open a mode.
+	if err := os.WriteFile(path, []byte("apiVersion: v1\nclusters:\n- clu"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	boot := &rest.Config{Host: "https://10.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca")}}
+	if err := writeKubeconfig(boot, path, filepath.Join(dir, "kubelet-client-current.pem")); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Clusters["default-cluster"]; got == nil || got.Server != boot.Host {
+		t.Errorf("kubeconfig cluster %+v, want server %s", got, boot.Host)
+	}
+	if got := cfg.AuthInfos["default-auth"]; got == nil || got.ClientCertificate != filepath.Join(dir, "kubelet-client-current.pem") {
+		t.Errorf("kubeconfig user %+v", got)
+	}
+	if m := fileMode(t, path); m != 0o600 {
+		t.Errorf("kubeconfig mode = %o, want 600", m)
+	}
+	if left := globOne(t, filepath.Join(filepath.Dir(path), ".*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // File names in the cert dir, as upstream.
@@ -81,7 +83,8 @@ func KubeconfigStillValid(path string, now time.Time) (bool, string, error) {
 
 // writeKubeconfig writes a kubeconfig with the bootstrap kubeconfig's server
 // and CA and the client certificate and key in pemPath (one file, as the
-// FileStore writes it), mode 0600.
+// FileStore writes it), mode 0600, atomically: a torn kubeconfig would send
+// the next start back to bootstrapping.
 func writeKubeconfig(bootstrap *rest.Config, path, pemPath string) error {
 	caFile, caData := bootstrap.CAFile, []byte(nil)
 	if caFile == "" {
@@ -106,8 +109,12 @@ func writeKubeconfig(bootstrap *rest.Config, path, pemPath string) error {
 		}},
 		CurrentContext: "default-context",
 	}
-	if err := clientcmd.WriteToFile(cfg, path); err != nil {
-		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	data, err := clientcmd.Write(cfg)
+	if err != nil {
+		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
+	}
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("storing kubeconfig: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // ServingOptions say where the certificate for nodelet's HTTPS port comes from.
@@ -82,13 +85,17 @@ func NewServing(ctx context.Context, opts ServingOptions) (*Serving, error) {
 	certFile, keyFile := opts.TLSCertFile, opts.TLSPrivateKeyFile
 	if certFile == "" && keyFile == "" {
 		certFile, keyFile = filepath.Join(opts.CertDir, selfSignedCertFile), filepath.Join(opts.CertDir, selfSignedKeyFile)
-		if err := ensureSelfSigned(certFile, keyFile, opts.Hostname); err != nil {
+		if err := ensureSelfSigned(logger, certFile, keyFile, opts.Hostname); err != nil {
 			return nil, err
 		}
 		logger.V(2).Info("Serving with a self-signed certificate", "certFile", certFile, "keyFile", keyFile)
 	}
 	s.file = &filePair{certFile: certFile, keyFile: keyFile}
 	if err := s.file.load(); err != nil {
+		if opts.TLSCertFile != "" {
+			// The operator's files are never rewritten: a bad one stops the start-up.
+			return nil, fmt.Errorf("tlsCertFile/tlsPrivateKeyFile (nodelet never replaces them; fix or replace the file): %w", err)
+		}
 		return nil, err
 	}
 	return s, nil
@@ -245,26 +252,65 @@ func servingTemplate(nodeName string, addrs []v1.NodeAddress) *x509.CertificateR
 	return tmpl
 }
 
-// ensureSelfSigned writes a self-signed pair unless a readable one is there.
-func ensureSelfSigned(certFile, keyFile, host string) error {
-	ok, err := certutil.CanReadCertAndKey(certFile, keyFile)
-	if err != nil {
-		return fmt.Errorf("checking the self-signed serving certificate %s: %w", certFile, err)
-	}
-	if ok {
-		return nil
+// ensureSelfSigned makes sure certFile and keyFile hold a self-signed pair
+// that parses and belongs together. nodelet alone writes them, so a pair it
+// cannot use (empty or cut short by a crash while an older version wrote it,
+// or a key and certificate from different runs) is generated again rather
+// than stopping the start-up.
+func ensureSelfSigned(logger klog.Logger, certFile, keyFile, host string) error {
+	_, certErr := os.Stat(certFile)
+	_, keyErr := os.Stat(keyFile)
+	if !errors.Is(certErr, fs.ErrNotExist) || !errors.Is(keyErr, fs.ErrNotExist) {
+		_, err := loadPair(certFile, keyFile)
+		if err == nil {
+			return nil
+		}
+		logger.Info("The self-signed serving certificate is unusable (a write was interrupted); generating a new pair",
+			"certFile", certFile, "keyFile", keyFile, "err", err)
 	}
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, nil, nil)
 	if err != nil {
 		return fmt.Errorf("generating a self-signed serving certificate for %s: %w", host, err)
 	}
-	if err := certutil.WriteCert(certFile, certPEM); err != nil {
-		return fmt.Errorf("writing %s: %w", certFile, err)
+	// Key first: a crash before the certificate is written leaves a pair that
+	// does not match, which the next start generates again.
+	if err := atomicfile.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return fmt.Errorf("storing the self-signed serving key: %w", err)
 	}
-	if err := keyutil.WriteKey(keyFile, keyPEM); err != nil {
-		return fmt.Errorf("writing %s: %w", keyFile, err)
+	if err := atomicfile.WriteFile(certFile, certPEM, 0o644); err != nil {
+		return fmt.Errorf("storing the self-signed serving certificate: %w", err)
 	}
 	return nil
+}
+
+// loadPair reads a certificate and its key, saying which file is at fault:
+// the error names the file that does not parse, or both when they do not
+// belong together.
+func loadPair(certFile, keyFile string) (*tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the certificate: %w", err)
+	}
+	if _, err := certutil.ParseCertsPEM(certPEM); err != nil {
+		return nil, fmt.Errorf("the certificate %s cannot be parsed: %w", certFile, err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the key: %w", err)
+	}
+	if _, err := keyutil.ParsePrivateKeyPEM(keyPEM); err != nil {
+		return nil, fmt.Errorf("the key %s cannot be parsed: %w", keyFile, err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the certificate %s and the key %s do not belong together: %w", certFile, keyFile, err)
+	}
+	if pair.Leaf == nil {
+		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("the certificate %s cannot be parsed: %w", certFile, err)
+		}
+	}
+	return &pair, nil
 }
 
 // filePair is a certificate and key read from files, reloaded when either
@@ -293,17 +339,12 @@ func (f *filePair) load() error {
 	if err != nil {
 		return fmt.Errorf("reading the serving certificate: %w", err)
 	}
-	pair, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+	pair, err := loadPair(f.certFile, f.keyFile)
 	if err != nil {
-		return fmt.Errorf("loading the serving certificate %s and key %s: %w", f.certFile, f.keyFile, err)
-	}
-	if pair.Leaf == nil {
-		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			return fmt.Errorf("parsing the serving certificate %s: %w", f.certFile, err)
-		}
+		return fmt.Errorf("loading the serving certificate: %w", err)
 	}
 	f.mu.Lock()
-	f.cert, f.stamp = &pair, stamp
+	f.cert, f.stamp = pair, stamp
 	f.mu.Unlock()
 	return nil
 }

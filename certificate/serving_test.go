@@ -9,12 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -186,5 +190,114 @@ func TestServingBootstrap(t *testing.T) {
 	}
 	if v := metricValue(t, reg, "kubelet_certificate_manager_server_ttl_seconds"); v < 3500 || v > 3600 {
 		t.Errorf("server ttl %v", v)
+	}
+}
+
+// corruptions of a self-signed pair that nodelet generated: what a crash
+// while writing it, or between writing its two files, leaves.
+func selfSignedCorruptions(t *testing.T) map[string]func(certFile, keyFile string) {
+	otherCert, otherKey, err := certutil.GenerateSelfSignedCertKey("other", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := func(path string) {
+		data, _ := os.ReadFile(path)
+		os.WriteFile(path, data[:len(data)/2], 0o644)
+	}
+	return map[string]func(string, string){
+		"both empty":          func(c, k string) { os.WriteFile(c, nil, 0o644); os.WriteFile(k, nil, 0o644) },
+		"certificate empty":   func(c, k string) { os.WriteFile(c, nil, 0o644) },
+		"key empty":           func(c, k string) { os.WriteFile(k, nil, 0o644) },
+		"certificate cut":     func(c, k string) { cut(c) },
+		"key cut":             func(c, k string) { cut(k) },
+		"key of another pair": func(c, k string) { os.WriteFile(k, otherKey, 0o644) },
+		"cert of another run": func(c, k string) { os.WriteFile(c, otherCert, 0o644) },
+		"certificate missing": func(c, k string) { os.Remove(c) },
+	}
+}
+
+func TestServingSelfSignedRegeneratedWhenUnusable(t *testing.T) {
+	for name, corrupt := range selfSignedCorruptions(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := ServingOptions{NodeName: testNode, Hostname: "host-a", CertDir: dir}
+			if _, err := NewServing(context.Background(), opts); err != nil {
+				t.Fatal(err)
+			}
+			certFile, keyFile := filepath.Join(dir, "kubelet.crt"), filepath.Join(dir, "kubelet.key")
+			corrupt(certFile, keyFile)
+
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			s, err := NewServing(klog.NewContext(context.Background(), logger), opts)
+			if err != nil {
+				t.Fatalf("start with a self-signed pair whose %s: %v", name, err)
+			}
+			c, err := s.GetCertificate(nil)
+			if err != nil || c.Leaf.VerifyHostname("host-a") != nil {
+				t.Fatalf("serving certificate %v, %v", c, err)
+			}
+			if _, err := loadPair(certFile, keyFile); err != nil {
+				t.Errorf("the pair on disk is still unusable: %v", err)
+			}
+			if m := fileMode(t, keyFile); m != 0o600 {
+				t.Errorf("kubelet.key mode %o, want 600", m)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if !strings.Contains(logs, "generating a new pair") || !strings.Contains(logs, certFile) || !strings.Contains(logs, keyFile) {
+				t.Errorf("no log names the regenerated files:\n%s", logs)
+			}
+		})
+	}
+}
+
+// The operator's tlsCertFile/tlsPrivateKeyFile are never rewritten: a bad one
+// stops the start with an error that says which file is at fault.
+func TestServingOperatorFilesNeverRewritten(t *testing.T) {
+	ca := newTestCA(t)
+	goodCert, goodKey := ca.clientPair(t, testNode, time.Now(), time.Now().Add(time.Hour))
+	_, otherKey := ca.clientPair(t, testNode, time.Now(), time.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		name       string
+		cert, key  []byte
+		wantInErr  func(certFile, keyFile string) string
+		wantNotErr func(certFile, keyFile string) string
+	}{
+		{
+			name: "certificate garbage", cert: []byte("garbage"), key: goodKey,
+			wantInErr: func(c, k string) string { return "the certificate " + c + " cannot be parsed" },
+		},
+		{
+			name: "key empty", cert: goodCert, key: []byte{},
+			wantInErr: func(c, k string) string { return "the key " + k + " cannot be parsed" },
+		},
+		{
+			name: "key of another pair", cert: goodCert, key: otherKey,
+			wantInErr: func(c, k string) string {
+				return "the certificate " + c + " and the key " + k + " do not belong together"
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+			os.WriteFile(certFile, tc.cert, 0o644)
+			os.WriteFile(keyFile, tc.key, 0o600)
+			_, err := NewServing(context.Background(), ServingOptions{NodeName: testNode, Hostname: "host-a", CertDir: dir, TLSCertFile: certFile, TLSPrivateKeyFile: keyFile})
+			if err == nil {
+				t.Fatal("started with an unusable tlsCertFile/tlsPrivateKeyFile")
+			}
+			if want := tc.wantInErr(certFile, keyFile); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "tlsCertFile/tlsPrivateKeyFile") {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+			if got, _ := os.ReadFile(certFile); !bytes.Equal(got, tc.cert) {
+				t.Error("tlsCertFile was rewritten")
+			}
+			if got, _ := os.ReadFile(keyFile); !bytes.Equal(got, tc.key) {
+				t.Error("tlsPrivateKeyFile was rewritten")
+			}
+			if left := globOne(t, filepath.Join(dir, "kubelet.*")); len(left) != 0 {
+				t.Errorf("a self-signed pair was generated: %v", left)
+			}
+		})
 	}
 }

@@ -116,7 +116,7 @@ func TestAPISourceOps(t *testing.T) {
 
 func staticFixture(t *testing.T, c *Config) *v1.Pod {
 	t.Helper()
-	pod, err := decodeStaticPod([]byte(goodPod), "/m/web.yaml", testNode)
+	pod, err := decodeOne([]byte(goodPod), "/m/web.yaml", testNode)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,16 +24,21 @@ import (
 // DefaultFileCheckFrequency is upstream's fileCheckFrequency default.
 const DefaultFileCheckFrequency = 20 * time.Second
 
-// RunFileSource reads static pods from path (a directory of *.yaml, *.yml and *.json
-// files, one pod each, hidden files ignored; or a single file) now and every period,
-// until ctx is done. It blocks; run it in its own goroutine. Polling only (no inotify):
-// a change is seen within one period.
+// maxManifestSize is the most a static pod file may hold: upstream's
+// maxConfigLength (10 MiB). A larger file is refused rather than read.
+const maxManifestSize = 10 << 20
+
+// RunFileSource reads static pods from path (a directory, every file in it whose
+// name does not start with a dot, as upstream; or a single file) now and every
+// period, until ctx is done. A file holds a v1 Pod or a v1 PodList. It blocks; run
+// it in its own goroutine. Polling only (no inotify): a change is seen within one
+// period.
 func (c *Config) RunFileSource(ctx context.Context, path string, period time.Duration) {
 	if period <= 0 {
 		period = DefaultFileCheckFrequency
 	}
 	c.registerSource(SourceFile)
-	c.readFileSource(path)
+	c.readFileSource(ctx, path)
 	t := c.clk.NewTimer(period)
 	defer t.Stop()
 	for {
@@ -40,22 +46,23 @@ func (c *Config) RunFileSource(ctx context.Context, path string, period time.Dur
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			c.readFileSource(path)
+			c.readFileSource(ctx, path)
 			t.Reset(period)
 		}
 	}
 }
 
-func (c *Config) readFileSource(path string) {
-	pods, err := c.loadStaticPods(path)
+func (c *Config) readFileSource(ctx context.Context, path string) {
+	logger := klog.FromContext(ctx)
+	pods, err := c.loadStaticPods(ctx, path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// As upstream: a missing path is an empty source, so the node still becomes ready.
-			klog.V(2).InfoS("Static pod path does not exist, no static pods", "path", path)
+			logger.V(2).Info("Static pod path does not exist, no static pods", "path", path)
 			pods = nil
 		} else {
 			// Keep the previous snapshot: an unreadable directory must not remove pods.
-			klog.ErrorS(err, "Unable to read static pod path", "path", path)
+			logger.Error(err, "Unable to read static pod path", "path", path)
 			return
 		}
 	}
@@ -63,7 +70,8 @@ func (c *Config) readFileSource(path string) {
 }
 
 // loadStaticPods reads every manifest under path. Bad manifests are logged and skipped.
-func (c *Config) loadStaticPods(path string) ([]*v1.Pod, error) {
+func (c *Config) loadStaticPods(ctx context.Context, path string) ([]*v1.Pod, error) {
+	logger := klog.FromContext(ctx)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("stat static pod path %q: %w", path, err)
@@ -74,56 +82,114 @@ func (c *Config) loadStaticPods(path string) ([]*v1.Pod, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list static pod directory %q: %w", path, err)
 		}
+		// ReadDir sorts by name, so the first of two files defining one pod wins.
 		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			if e.IsDir() {
-				klog.V(4).InfoS("Not recursing into static pod subdirectory", "path", filepath.Join(path, name))
-				continue
-			}
-			switch strings.ToLower(filepath.Ext(name)) {
-			case ".yaml", ".yml", ".json":
-				files = append(files, filepath.Join(path, name))
-			default:
-				klog.V(4).InfoS("Ignoring non-manifest file in static pod directory", "path", filepath.Join(path, name))
+			// Upstream globs "[^.]*": hidden files (editor swap files, ...) are ignored.
+			if !strings.HasPrefix(e.Name(), ".") {
+				files = append(files, filepath.Join(path, e.Name()))
 			}
 		}
-		sort.Strings(files)
-	} else {
+	} else if fi.Mode().IsRegular() {
 		files = []string{path}
+	} else {
+		// An error keeps the previous snapshot, as upstream.
+		return nil, fmt.Errorf("static pod path %q is neither a directory nor a regular file (mode %s)", path, fi.Mode())
 	}
 
 	var pods []*v1.Pod
 	byName := map[string]string{}
 	for _, f := range files {
-		pod, err := c.loadStaticPodFile(f)
-		if err != nil {
-			klog.ErrorS(err, "Skipping static pod manifest", "file", f)
+		filePods, err := c.loadStaticPodFile(f)
+		switch {
+		case errors.Is(err, errIsDir):
+			logger.V(4).Info("Not recursing into static pod subdirectory", "path", f)
+			continue
+		case err != nil:
+			logger.Error(err, "Skipping static pod manifest", "file", f)
 			continue
 		}
-		if other, dup := byName[fullName(pod)]; dup {
-			klog.ErrorS(nil, "Skipping static pod manifest: a pod with the same name is already defined", "file", f, "pod", klog.KObj(pod), "definedIn", other)
-			continue
+		for _, pod := range filePods {
+			if other, dup := byName[fullName(pod)]; dup {
+				logger.Error(nil, "Skipping static pod: a pod with the same name is already defined", "file", f, "pod", klog.KObj(pod), "definedIn", other)
+				continue
+			}
+			byName[fullName(pod)] = f
+			pods = append(pods, pod)
 		}
-		byName[fullName(pod)] = f
-		pods = append(pods, pod)
 	}
 	return pods, nil
 }
 
-// loadStaticPodFile decodes, defaults and validates one manifest.
-func (c *Config) loadStaticPodFile(file string) (*v1.Pod, error) {
-	data, err := os.ReadFile(file)
+// loadStaticPodFile reads one manifest and decodes, defaults and validates its pods.
+func (c *Config) loadStaticPodFile(file string) ([]*v1.Pod, error) {
+	data, err := readManifest(file)
+	if err != nil {
+		return nil, err
+	}
+	return decodeManifest(data, file, c.nodeName)
+}
+
+var errIsDir = errors.New("is a directory")
+
+// readManifest reads file, following symlinks as upstream does, but only if it
+// is a regular file of at most maxManifestSize bytes: a FIFO would block the
+// source forever and /dev/zero would fill the memory. Opening a device can
+// itself have effects, so the type is checked before open; O_NONBLOCK keeps a
+// FIFO swapped in after that check from blocking the open, and the type of what
+// was opened is checked again before reading.
+func readManifest(file string) ([]byte, error) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("stat manifest: %w", err)
+	}
+	if err := checkManifestFile(fi); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open manifest: %w", err)
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat opened manifest: %w", err)
+	}
+	if err := checkManifestFile(fi); err != nil {
+		return nil, err
+	}
+	// The size can change after fstat: the limited read is what bounds memory.
+	data, err := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	return decodeStaticPod(data, file, c.nodeName)
+	if len(data) > maxManifestSize {
+		return nil, fmt.Errorf("manifest is larger than the static pod file limit of %d bytes", maxManifestSize)
+	}
+	return data, nil
 }
 
-// decodeStaticPod turns manifest bytes from file into a pod ready to run on nodeName.
-func decodeStaticPod(data []byte, file, nodeName string) (*v1.Pod, error) {
+func checkManifestFile(fi fs.FileInfo) error {
+	switch {
+	case fi.IsDir():
+		return errIsDir
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("manifest is not a regular file (mode %s): not read", fi.Mode())
+	case fi.Size() > maxManifestSize:
+		return fmt.Errorf("manifest is %d bytes, larger than the static pod file limit of %d bytes", fi.Size(), maxManifestSize)
+	}
+	return nil
+}
+
+// typeMeta is the apiVersion and kind of a manifest or of a PodList item.
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// decodeManifest turns manifest bytes from file into the pods to run on nodeName:
+// one for a v1 Pod, one per item for a v1 PodList. Any bad pod refuses the whole
+// file.
+func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("manifest is empty")
 	}
@@ -131,19 +197,53 @@ func decodeStaticPod(data []byte, file, nodeName string) (*v1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse manifest as YAML or JSON: %w", err)
 	}
-	var tm struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
+	var tm typeMeta
 	if err := json.Unmarshal(js, &tm); err != nil {
 		return nil, fmt.Errorf("manifest is not an object: %w", err)
 	}
-	if tm.Kind != "Pod" {
-		return nil, fmt.Errorf("kind is %q, want Pod", tm.Kind)
+	if tm.Kind != "Pod" && tm.Kind != "PodList" {
+		return nil, fmt.Errorf("kind is %q, want Pod or PodList", tm.Kind)
 	}
 	if tm.APIVersion != "v1" {
 		return nil, fmt.Errorf("apiVersion is %q, want v1", tm.APIVersion)
 	}
+	if tm.Kind == "Pod" {
+		// The UID hashes the file's bytes, so it stays what earlier versions gave.
+		pod, err := decodePod(js, staticPodUID(data, nodeName, file), nodeName)
+		if err != nil {
+			return nil, err
+		}
+		return []*v1.Pod{pod}, nil
+	}
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(js, &list); err != nil {
+		return nil, fmt.Errorf("decode pod list: %w", err)
+	}
+	pods := make([]*v1.Pod, 0, len(list.Items))
+	for i, item := range list.Items {
+		var itm typeMeta
+		if err := json.Unmarshal(item, &itm); err != nil {
+			return nil, fmt.Errorf("items[%d] is not an object: %w", i, err)
+		}
+		// Items of a PodList may leave out their type; if given it must be a v1 Pod.
+		if (itm.Kind != "" && itm.Kind != "Pod") || (itm.APIVersion != "" && itm.APIVersion != "v1") {
+			return nil, fmt.Errorf("items[%d] is %s %s, want a v1 Pod", i, itm.APIVersion, itm.Kind)
+		}
+		// Each item's UID hashes that item only: editing one pod of the list
+		// does not restart the others.
+		pod, err := decodePod(item, staticPodUID(item, nodeName, file), nodeName)
+		if err != nil {
+			return nil, fmt.Errorf("items[%d]: %w", i, err)
+		}
+		pods = append(pods, pod)
+	}
+	return pods, nil
+}
+
+// decodePod turns one pod's JSON into a pod with uid, ready to run on nodeName.
+func decodePod(js []byte, uid types.UID, nodeName string) (*v1.Pod, error) {
 	pod := &v1.Pod{}
 	if err := json.Unmarshal(js, pod); err != nil {
 		return nil, fmt.Errorf("decode pod: %w", err)
@@ -160,7 +260,6 @@ func decodeStaticPod(data []byte, file, nodeName string) (*v1.Pod, error) {
 	}
 	pod.Name = pod.Name + "-" + nodeName
 	pod.Spec.NodeName = nodeName
-	uid := staticPodUID(data, nodeName, file)
 	pod.UID = uid
 	pod.ResourceVersion = ""
 	pod.Status = v1.PodStatus{Phase: v1.PodPending}

@@ -2,13 +2,17 @@ package podconfig
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -42,7 +46,7 @@ spec:
 `
 
 func TestDecodeStaticPodDefaults(t *testing.T) {
-	pod, err := decodeStaticPod([]byte(goodPod), "/etc/kubernetes/manifests/web.yaml", testNode)
+	pod, err := decodeOne([]byte(goodPod), "/etc/kubernetes/manifests/web.yaml", testNode)
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
@@ -103,11 +107,11 @@ func equalish(a, b interface{}) bool {
 }
 
 func TestStaticPodUIDStability(t *testing.T) {
-	a, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", testNode)
-	b, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", testNode)
-	otherNode, _ := decodeStaticPod([]byte(goodPod), "/m/web.yaml", "node-b")
-	otherPath, _ := decodeStaticPod([]byte(goodPod), "/m/web2.yaml", testNode)
-	edited, _ := decodeStaticPod([]byte(goodPod+"  hostNetwork: true\n"), "/m/web.yaml", testNode)
+	a, _ := decodeOne([]byte(goodPod), "/m/web.yaml", testNode)
+	b, _ := decodeOne([]byte(goodPod), "/m/web.yaml", testNode)
+	otherNode, _ := decodeOne([]byte(goodPod), "/m/web.yaml", "node-b")
+	otherPath, _ := decodeOne([]byte(goodPod), "/m/web2.yaml", testNode)
+	edited, _ := decodeOne([]byte(goodPod+"  hostNetwork: true\n"), "/m/web.yaml", testNode)
 	if a.UID != b.UID {
 		t.Errorf("same input gave %q and %q", a.UID, b.UID)
 	}
@@ -141,7 +145,7 @@ func TestDecodeStaticPodRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := decodeStaticPod([]byte(tt.manifest), "/m/f.yaml", testNode)
+			_, err := decodeOne([]byte(tt.manifest), "/m/f.yaml", testNode)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
 			}
@@ -199,7 +203,7 @@ func TestFileSourceDirectory(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "bad.yaml"), "apiVersion: v1\nkind: Pod\nspec: {}\n")
 	writeFile(t, filepath.Join(dir, "broken.json"), "{not json")
 	writeFile(t, filepath.Join(dir, ".hidden.yaml"), strings.Replace(goodPod, "name: web", "name: hidden", 1))
-	writeFile(t, filepath.Join(dir, "notes.txt"), strings.Replace(goodPod, "name: web", "name: notes", 1))
+	writeFile(t, filepath.Join(dir, "notes.txt"), "not a manifest\n")
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +214,7 @@ func TestFileSourceDirectory(t *testing.T) {
 	if c.SourcesReady() {
 		t.Fatal("ready before the first read")
 	}
-	c.readFileSource(dir)
+	c.readFileSource(context.Background(), dir)
 	u := next(t, c)
 	if u.Op != OpAdd || u.Source != SourceFile || len(u.Pods) != 1 || u.Pods[0].Name != "web-"+testNode {
 		t.Fatalf("first update = %s %s %d pods, want Add of web", u.Op, u.Source, len(u.Pods))
@@ -225,19 +229,19 @@ func TestFileSourceDirectory(t *testing.T) {
 
 	// Same content again: nothing, even with the clock moved (seen stays put).
 	clk.Step(time.Minute)
-	c.readFileSource(dir)
+	c.readFileSource(context.Background(), dir)
 	expectNone(t, c)
 
 	// A restarted node reads the same UID.
 	c2 := New(testNode, clk)
-	c2.readFileSource(dir)
+	c2.readFileSource(context.Background(), dir)
 	if u2 := next(t, c2); u2.Pods[0].UID != first.UID {
 		t.Errorf("UID after restart %q, want %q", u2.Pods[0].UID, first.UID)
 	}
 
 	// An edit is a new pod (new hash): the old one is removed, the new one added.
 	writeFile(t, filepath.Join(dir, "web.yaml"), strings.Replace(goodPod, "app: web", "app: web2", 1))
-	c.readFileSource(dir)
+	c.readFileSource(context.Background(), dir)
 	rm := next(t, c)
 	add := next(t, c)
 	if rm.Op != OpRemove || rm.Pods[0].UID != first.UID {
@@ -251,7 +255,7 @@ func TestFileSourceDirectory(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "web.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	c.readFileSource(dir)
+	c.readFileSource(context.Background(), dir)
 	if u := next(t, c); u.Op != OpRemove || u.Pods[0].UID != add.Pods[0].UID {
 		t.Errorf("got %s, want Remove of the edited pod", u.Op)
 	}
@@ -262,13 +266,13 @@ func TestFileSourceSingleFileAndMissingPath(t *testing.T) {
 	f := filepath.Join(dir, "pod.manifest") // a single file is read whatever its name
 	writeFile(t, f, goodPod)
 	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
-	c.readFileSource(f)
+	c.readFileSource(context.Background(), f)
 	if u := next(t, c); u.Op != OpAdd || len(u.Pods) != 1 {
 		t.Fatalf("got %s with %d pods, want Add of 1", u.Op, len(u.Pods))
 	}
 
 	missing := New(testNode, clocktesting.NewFakeClock(time.Now()))
-	missing.readFileSource(filepath.Join(dir, "nope"))
+	missing.readFileSource(context.Background(), filepath.Join(dir, "nope"))
 	expectNone(t, missing)
 	if !missing.SourcesReady() {
 		t.Error("a missing path must still make the file source ready")
@@ -280,7 +284,7 @@ func TestFileSourceDuplicateName(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "a.yaml"), goodPod)
 	writeFile(t, filepath.Join(dir, "b.yaml"), goodPod+"  hostNetwork: true\n")
 	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
-	c.readFileSource(dir)
+	c.readFileSource(context.Background(), dir)
 	u := next(t, c)
 	if len(u.Pods) != 1 || u.Pods[0].Spec.HostNetwork {
 		t.Fatalf("got %d pods (hostNetwork=%v), want only a.yaml's", len(u.Pods), len(u.Pods) > 0 && u.Pods[0].Spec.HostNetwork)
@@ -314,4 +318,209 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// podNames are the names of pods, in order.
+func podNames(pods []*v1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// decodeOne decodes a manifest that must hold exactly one pod.
+func decodeOne(data []byte, file, nodeName string) (*v1.Pod, error) {
+	pods, err := decodeManifest(data, file, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) != 1 {
+		return nil, fmt.Errorf("%d pods, want 1", len(pods))
+	}
+	return pods[0], nil
+}
+
+// loadBounded runs loadStaticPods on dir and fails the test if it does not
+// return in time, rather than hanging it; unblock undoes whatever a hung read
+// waits on, so the goroutine left behind can finish.
+func loadBounded(t *testing.T, ctx context.Context, c *Config, dir string, unblock func()) []*v1.Pod {
+	t.Helper()
+	type result struct {
+		pods []*v1.Pod
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		pods, err := c.loadStaticPods(ctx, dir)
+		done <- result{pods, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("loadStaticPods: %v", r.err)
+		}
+		return r.pods
+	case <-time.After(10 * time.Second):
+		if unblock != nil {
+			unblock()
+		}
+		t.Fatal("loadStaticPods did not return in 10s: it is blocked on a file that is not a regular file")
+	}
+	return nil
+}
+
+func TestFileSourceSkipsFIFO(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "web.yaml"), goodPod)
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, context.Background(), c, dir, func() {
+		// A writer that opens and closes gives a blocked reader EOF.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	if got := podNames(pods); len(got) != 1 || got[0] != "web-"+testNode {
+		t.Fatalf("pods = %v, want only web", got)
+	}
+}
+
+func TestFileSourceSkipsDevicesAndFollowsLinksToFiles(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	writeFile(t, filepath.Join(elsewhere, "pod"), goodPod)
+	// A link to a regular file is read, as upstream (it follows symlinks).
+	if err := os.Symlink(filepath.Join(elsewhere, "pod"), filepath.Join(dir, "linked.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	// A link to /dev/zero would be read forever; a dangling link is no file.
+	if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "nope"), filepath.Join(dir, "dangling.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, context.Background(), c, dir, nil)
+	if got := podNames(pods); len(got) != 1 || got[0] != "web-"+testNode {
+		t.Fatalf("pods = %v, want only the linked web", got)
+	}
+}
+
+// bigManifest is a valid pod named name padded with a comment to size bytes.
+func bigManifest(name string, size int) string {
+	m := strings.Replace(goodPod, "name: web", "name: "+name, 1)
+	pad := size - len(m) - 2
+	return m + "#" + strings.Repeat("x", pad) + "\n"
+}
+
+func TestFileSourceRefusesOversizedManifest(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "big.yaml"), bigManifest("big", maxManifestSize+1))
+	writeFile(t, filepath.Join(dir, "fits.yaml"), bigManifest("fits", maxManifestSize))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, ctx, c, dir, nil)
+	if got := podNames(pods); len(got) != 1 || got[0] != "fits-"+testNode {
+		t.Fatalf("pods = %v, want only fits (big is over the %d-byte limit)", got, maxManifestSize)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if !strings.Contains(logs, filepath.Join(dir, "big.yaml")) || !strings.Contains(logs, "limit of 10485760 bytes") {
+		t.Errorf("the log does not name the refused file and the limit:\n%s", logs)
+	}
+}
+
+const podList = `apiVersion: v1
+kind: PodList
+items:
+- metadata:
+    name: one
+  spec:
+    containers: [{name: c, image: busybox:1.36}]
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: two
+    namespace: kube-system
+  spec:
+    containers: [{name: c, image: busybox:1.36}]
+`
+
+func TestFileSourcePodList(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "list.yaml"), podList)
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, context.Background(), c, dir, nil)
+	if got := podNames(pods); len(got) != 2 || got[0] != "one-"+testNode || got[1] != "two-"+testNode {
+		t.Fatalf("pods = %v, want one and two", got)
+	}
+	if pods[0].UID == pods[1].UID {
+		t.Errorf("both pods of the list have UID %s", pods[0].UID)
+	}
+	if pods[0].Namespace != "default" || pods[1].Namespace != "kube-system" {
+		t.Errorf("namespaces %s, %s", pods[0].Namespace, pods[1].Namespace)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != testNode || p.Annotations[AnnotationConfigHash] != string(p.UID) {
+			t.Errorf("pod %s: nodeName %q, hash %q, uid %q", p.Name, p.Spec.NodeName, p.Annotations[AnnotationConfigHash], p.UID)
+		}
+	}
+
+	// Editing one item gives only that pod a new UID.
+	writeFile(t, filepath.Join(dir, "list.yaml"), strings.Replace(podList, "namespace: kube-system", "namespace: kube-system\n    labels: {edited: \"yes\"}", 1))
+	again := loadBounded(t, context.Background(), c, dir, nil)
+	if len(again) != 2 || again[0].UID != pods[0].UID || again[1].UID == pods[1].UID {
+		t.Errorf("after editing item two: UIDs %v, want one's unchanged and two's new", []string{string(again[0].UID), string(again[1].UID)})
+	}
+
+	// One bad item refuses the whole list (as a bad pod refuses its file).
+	writeFile(t, filepath.Join(dir, "list.yaml"), podList+"- metadata: {name: three}\n  spec: {containers: []}\n")
+	if got := podNames(loadBounded(t, context.Background(), c, dir, nil)); len(got) != 0 {
+		t.Errorf("pods = %v from a list with an invalid item, want none", got)
+	}
+}
+
+func TestFileSourceReadsEveryVisibleFile(t *testing.T) {
+	dir := t.TempDir()
+	// Upstream reads every file whose name does not start with a dot, whatever its extension.
+	writeFile(t, filepath.Join(dir, "web.manifest"), goodPod)
+	writeFile(t, filepath.Join(dir, "plain"), strings.Replace(goodPod, "name: web", "name: plain", 1))
+	writeFile(t, filepath.Join(dir, ".web.yaml.swp"), strings.Replace(goodPod, "name: web", "name: swp", 1))
+	writeFile(t, filepath.Join(dir, ".hidden"), strings.Replace(goodPod, "name: web", "name: hidden", 1))
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	pods := loadBounded(t, context.Background(), c, dir, nil)
+	if got := podNames(pods); len(got) != 2 || got[0] != "plain-"+testNode || got[1] != "web-"+testNode {
+		t.Fatalf("pods = %v, want plain and web (hidden files ignored)", got)
+	}
+}
+
+func TestFileSourcePathItselfNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "web.yaml"), goodPod)
+	link := filepath.Join(dir, "manifest")
+	if err := os.Symlink(filepath.Join(dir, "web.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
+	c.readFileSource(context.Background(), link)
+	if u := next(t, c); u.Op != OpAdd || len(u.Pods) != 1 {
+		t.Fatalf("got %s with %d pods, want Add of 1", u.Op, len(u.Pods))
+	}
+	// The file is swapped for /dev/zero: an error, and the pod stays.
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.loadStaticPods(context.Background(), link); err == nil || !strings.Contains(err.Error(), "neither a directory nor a regular file") {
+		t.Fatalf("err = %v, want one saying the path is not a regular file", err)
+	}
+	c.readFileSource(context.Background(), link)
+	expectNone(t, c)
 }

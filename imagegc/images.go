@@ -18,6 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // Upstream defaults and event reasons.
@@ -191,12 +193,8 @@ func (m *ImageManager) saveState() error {
 	if err := os.MkdirAll(m.stateDir, 0o700); err != nil {
 		return fmt.Errorf("creating image GC state dir: %w", err)
 	}
-	tmp := m.statePath() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(m.statePath(), b, 0o600); err != nil {
 		return fmt.Errorf("writing image GC state: %w", err)
-	}
-	if err := os.Rename(tmp, m.statePath()); err != nil {
-		return fmt.Errorf("replacing image GC state: %w", err)
 	}
 	return nil
 }

@@ -316,7 +316,7 @@ func TestLeftoverTempFiles(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, hashed(appRef)+".123.tmp")
+	tmp := filepath.Join(dir, "."+hashed(appRef)+".tmp-123") // as atomicfile.WriteFile names them
 	if err := os.WriteFile(tmp, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfigv1alpha1 "k8s.io/kubelet/config/v1alpha1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // On-disk layout, as the upstream kubelet's: <root>/image_manager/pulling holds
@@ -30,7 +32,6 @@ const (
 	pullingDirName = "pulling"
 	pulledDirName  = "pulled"
 	filePrefix     = "sha256-"
-	tmpSuffix      = ".tmp"
 	// maxRecordSize bounds what is read from one file; a bigger one is corrupt.
 	maxRecordSize = 4 << 20
 )
@@ -181,7 +182,7 @@ func (s *store) walk(dir string, fn func(path string, data []byte)) {
 	}
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
-		if strings.HasSuffix(e.Name(), tmpSuffix) {
+		if atomicfile.IsTemp(e.Name()) {
 			if err := os.Remove(path); err != nil {
 				klog.InfoS("Failed to remove a leftover temporary record", "path", path, "err", err)
 			}
@@ -260,50 +261,14 @@ func recordFromV1alpha1(in *kubeletconfigv1alpha1.ImagePulledRecord) *kubeletcon
 	return out
 }
 
-// write encodes obj as kubelet.config.k8s.io/v1beta1 JSON into dir/name
-// atomically: a 0600 temp file, fsynced, renamed over the target, then the
-// directory fsynced, so a crash leaves the old file or the new one.
-func (s *store) write(dir, name string, obj runtime.Object) (err error) {
+// write encodes obj as kubelet.config.k8s.io/v1beta1 JSON into dir/name,
+// mode 0600, atomically: a crash leaves the old file or the new one.
+func (s *store) write(dir, name string, obj runtime.Object) error {
 	var buf bytes.Buffer
 	if err := s.encoder.Encode(obj, &buf); err != nil {
 		return fmt.Errorf("encoding %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(dir, name+".*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("creating a temporary file for %s: %w", name, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp.Name(), err)
-	}
-	target := filepath.Join(dir, name)
-	if err = os.Rename(tmp.Name(), target); err != nil {
-		return fmt.Errorf("renaming %s to %s: %w", tmp.Name(), target, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to sync it: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o600)
 }
 
 // readFile reads a regular file without following a symlink, up to maxRecordSize.
@@ -334,5 +299,5 @@ func removeFile(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.SyncDir(filepath.Dir(path))
 }

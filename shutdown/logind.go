@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 const (
@@ -376,16 +378,9 @@ func (i *Inhibitor) EnsureInhibitDelay(ctx context.Context, want time.Duration) 
 }
 
 func writeDropIn(path string, secs int64) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating the logind drop-in directory: %w", err)
-	}
 	content := fmt.Sprintf("# Written by nodelet: the time it needs to stop pods at shutdown.\n[Login]\nInhibitDelayMaxSec=%d\n", secs)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("writing logind drop-in %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing logind drop-in %s: %w", path, err)
+	if err := atomicfile.WriteFile(path, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing logind drop-in: %w", err)
 	}
 	return nil
 }

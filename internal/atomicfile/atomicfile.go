@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // WriteFile replaces path with data, mode perm exactly (the umask does not
@@ -24,7 +25,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		return fmt.Errorf("creating the directory of %s: %w", path, err)
 	}
 	// Hidden, so that directory scanners (static pods, drop-ins) pass it over.
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+base+tempMarker+"*")
 	if err != nil {
 		return fmt.Errorf("creating a temporary file for %s: %w", path, err)
 	}
@@ -44,7 +45,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		return fmt.Errorf("replacing %s: %w", path, err)
 	}
 	// The rename itself is durable only once the directory is synced.
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return fmt.Errorf("syncing the directory of %s: %w", path, err)
 	}
 	return nil
@@ -61,7 +62,17 @@ func writeAndSync(f *os.File, data []byte, perm os.FileMode) error {
 	return f.Sync()
 }
 
-func syncDir(dir string) error {
+// tempMarker is in the name of every temporary file WriteFile makes.
+const tempMarker = ".tmp-"
+
+// IsTemp reports whether name (a base name) is a temporary file WriteFile made and a
+// crash left behind, so a directory's owner can remove it at start.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, tempMarker)
+}
+
+// SyncDir makes a rename or removal in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/godbus/dbus/v5 v5.2.4
+	github.com/google/go-cmp v0.7.0
 	github.com/opencontainers/cgroups v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/pflag v1.1.0

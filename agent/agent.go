@@ -159,7 +159,8 @@ func Run(ctx context.Context, opts *config.Options) error {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
 		}
 		return append(reasons, graceful.notReady()...)
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(evictGate.pressure))
+	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(evictGate.pressure),
+		heartbeatReset(credential))
 	if err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}

@@ -6,10 +6,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/node"
 )
+
+// heartbeatReset makes the node controller close every connection of the API
+// clients when Lease or status updates fail repeatedly, as upstream does after
+// a half-dead TCP connection to the API server: the next requests dial anew.
+// Standalone (no credential): nothing to close.
+func heartbeatReset(credential *certificate.Client) node.Option {
+	if credential == nil {
+		return func(*node.Controller) {}
+	}
+	return node.WithOnRepeatedHeartbeatFailure(func() {
+		klog.InfoS("Closing the API client connections after repeated heartbeat failures")
+		credential.CloseAllConns()
+	})
+}
 
 // newClientCredential is the node's API credential from --kubeconfig,
 // --bootstrap-kubeconfig, --cert-dir and rotateCertificates. When the TLS

@@ -104,6 +104,10 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	c.static = static
 	if !opts.RotateCertificates {
 		c.config = rest.CopyConfig(static)
+		if c.config.Transport == nil && c.config.Dial == nil {
+			c.dialer = newConnDialer(nil)
+			c.config.Dial = c.dialer.DialContext
+		}
 		return c, nil
 	}
 
@@ -283,6 +287,25 @@ func (c *Client) Run(ctx context.Context, rec record.EventRecorder) {
 	}
 }
 
+// CloseAllConns closes every connection of the API clients built from
+// RESTConfig, so that their next requests dial anew. The node controller calls it
+// after repeated heartbeat failures, as upstream does: HTTP/2 carries every
+// request on one connection, and a half-dead one would hold them all.
+func (c *Client) CloseAllConns() {
+	if c.dialer != nil {
+		c.dialer.CloseAll()
+	}
+}
+
+// newConnDialer wraps dial (nil: upstream's 30s dial timeout and keep-alive) so
+// that its connections can all be closed at once.
+func newConnDialer(dial connrotation.DialFunc) *connrotation.Dialer {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return connrotation.NewDialer(dial)
+}
+
 // rotatingConfig is base without its own credentials, with a transport that
 // asks current for the client certificate at every TLS handshake and a
 // dialer whose connections can all be closed at once.
@@ -304,11 +327,7 @@ func rotatingConfig(base *rest.Config, current func() *tls.Certificate) (*rest.C
 		// rather than the handshake failing with a confusing TLS error.
 		return &tls.Certificate{}, nil
 	}
-	dial := cfg.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	d := connrotation.NewDialer(dial)
+	d := newConnDialer(cfg.Dial)
 	proxy := cfg.Proxy
 	if proxy == nil {
 		proxy = http.ProxyFromEnvironment

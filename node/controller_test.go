@@ -986,3 +986,47 @@ func TestRuntimeHandlersAndFeatures(t *testing.T) {
 		})
 	}
 }
+
+// The heartbeat reset (closing the client's connections) runs when an update
+// fails again within one heartbeat, not on a single failure, as upstream.
+func TestRepeatedHeartbeatFailureCallback(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	resets := 0
+	WithOnRepeatedHeartbeatFailure(func() { resets++ })(h.c)
+	if err := h.c.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failGets := 1
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		if failGets > 0 {
+			failGets--
+			return true, nil, errors.New("timeout")
+		}
+		return false, nil, nil
+	})
+	if err := h.c.updateNodeStatus(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resets != 0 {
+		t.Fatalf("resets after one failed status update = %d, want 0", resets)
+	}
+	failGets = 3
+	if err := h.c.updateNodeStatus(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resets != 2 {
+		t.Fatalf("resets after three failed status updates in a row = %d, want 2", resets)
+	}
+
+	resets = 0
+	h.c.syncLease(ctx) // creates the lease
+	h.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, nil, errors.New("timeout")
+	})
+	h.c.latestLease = nil // renew through GET and retried updates
+	h.c.syncLease(ctx)
+	if resets != maxLeaseUpdateRetries-1 {
+		t.Fatalf("resets after %d failed lease updates = %d, want %d", maxLeaseUpdateRetries, resets, maxLeaseUpdateRetries-1)
+	}
+}

@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -24,8 +25,10 @@ type Actions struct {
 	Attempt       uint32
 	// SandboxID is the sandbox to run containers in when none is created.
 	SandboxID string
-	// NextInit is the index of the init container to start, or -1.
-	NextInit int
+	// StartInit are indexes into Spec.InitContainers to start, in spec order: at
+	// most one regular init container, and sidecars (restartPolicy Always) to
+	// (re)start.
+	StartInit []int
 	// InitFailed means an init container failed for good (restartPolicy Never).
 	InitFailed bool
 	// StartContainers are indexes into Spec.Containers.
@@ -61,107 +64,180 @@ type ProbeResults interface {
 	Started(podUID types.UID, container, containerID string) bool
 }
 
+// unknownState is how upstream names CONTAINER_UNKNOWN in its kill messages.
+const unknownState = "unknown"
+
 // ComputeActionsWithProbes is ComputeActions where containers that failed a
 // liveness or startup probe are killed (and restarted on a later sync, by the
 // restart policy and back-off, once the runtime reports them dead), and an init
 // container after a sidecar waits until the sidecar has started. probes may be nil.
 func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) Actions {
-	a := Actions{NextInit: -1, KillContainers: map[string]string{}, KillGrace: map[string]int64{}, Waiting: map[string]podstatus.Waiting{}}
+	a := Actions{KillContainers: map[string]string{}, KillGrace: map[string]int64{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
-
-	if changed, attempt, why := sandboxChanged(pod, st); changed {
-		a.Attempt = attempt
-		if len(st.Sandboxes) > 0 {
-			a.KillPod = true
-		}
-		// A pod that must never restart does not get a second sandbox once containers ran.
-		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && attempt > 0 && len(st.Containers) > 0 {
-			return a
-		}
-		a.CreateSandbox = true
-		_ = why
-		if len(pod.Spec.InitContainers) > 0 {
-			a.NextInit = firstInitToRun(pod, byName)
-			if a.NextInit >= 0 {
-				return a
-			}
-		}
-		for i := range pod.Spec.Containers {
-			c := &pod.Spec.Containers[i]
-			if prev := byName[c.Name]; prev != nil && !shouldRestart(pod, prev) {
-				continue
-			}
-			a.StartContainers = append(a.StartContainers, i)
-		}
+	if changed, attempt := sandboxChanged(pod, st); changed {
+		a.newSandbox(pod, st, byName, attempt)
 		return a
 	}
 	a.SandboxID = st.Sandboxes[0].Id
-
-	// Init containers, in order; sidecars (restartPolicy Always) stay running.
-	initDone := true
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		prev := byName[c.Name]
-		if isSidecar(c) {
-			if prev == nil {
-				a.NextInit = i
-				initDone = false
-				break
-			}
-			if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-				if hashChanged(hashOf(prev), c) {
-					a.KillContainers[prev.Id] = "Container spec hash changed"
-				} else if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
-					a.KillContainers[prev.Id] = msg
-				} else if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
-					// What follows a sidecar starts once the sidecar has started, as upstream.
-					initDone = false
-					break
-				}
-				continue
-			}
-			// An exited sidecar restarts whatever the pod's restart policy.
-			if a.startOrBackoff(pod, c, prev, backoff, now) {
-				a.NextInit = i
-				initDone = false
-				break
-			}
-			continue
-		}
-		if prev == nil {
-			a.NextInit = i
-			initDone = false
-			break
-		}
-		if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING || prev.State == runtimeapi.ContainerState_CONTAINER_CREATED {
-			initDone = false // still running: wait for it
-			break
-		}
-		if prev.State == runtimeapi.ContainerState_CONTAINER_EXITED && prev.ExitCode == 0 {
-			continue
-		}
-		// Failed init container.
-		initDone = false
-		if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
-			a.InitFailed = true
-			a.KillPod = true
-			return a
-		}
-		if a.startOrBackoff(pod, c, prev, backoff, now) {
-			a.NextInit = i
-		}
-		break
-	}
-	if !initDone {
+	if initialized := a.initActions(pod, byName, backoff, now, probes); !initialized || a.KillPod {
 		return a
 	}
+	a.appActions(pod, byName, backoff, now, probes)
+	return a
+}
 
+// newSandbox decides a sync that must (re)create the sandbox: what ran in the old
+// one stops, and init containers run again from the first, as upstream. No
+// sandbox is created when nothing would run in it: the pod is only killed.
+func (a *Actions) newSandbox(pod *v1.Pod, st *pleg.PodStatus, byName map[string]*runtimeapi.ContainerStatus, attempt uint32) {
+	a.Attempt = attempt
+	// Upstream sets KillPod for a new pod too, where it stops nothing.
+	a.KillPod = len(st.Sandboxes) > 0 || len(st.Containers) > 0
+	// A pod that must never restart does not get a second sandbox once containers ran.
+	if pod.Spec.RestartPolicy == v1.RestartPolicyNever && attempt > 0 && len(st.Containers) > 0 {
+		return
+	}
+	var start []int
+	for i := range pod.Spec.Containers {
+		if prev := byName[pod.Spec.Containers[i].Name]; prev != nil && finishedForGood(pod, prev) {
+			continue
+		}
+		start = append(start, i)
+	}
+	if len(start) == 0 {
+		// Every app container is done for good: init containers would run for nothing.
+		return
+	}
+	a.CreateSandbox = true
+	if len(pod.Spec.InitContainers) > 0 {
+		a.StartInit = []int{0}
+		return
+	}
+	a.StartContainers = start
+}
+
+// initActions decides the init containers' part of a sync in a ready sandbox and
+// reports whether the pod is initialized, so that app containers may run. Like
+// upstream it walks the init containers from the last one: completed ones may
+// have been garbage collected, so the last one with a status tells how far
+// initialization got.
+func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) bool {
+	inits := pod.Spec.InitContainers
+	if len(inits) == 0 {
+		return true
+	}
+	// A created or running app container means initialization completed once, even
+	// if init containers were removed since. Exited ones do not: they may be left
+	// from a sandbox that died with the node.
+	initialized := false
+	for i := range pod.Spec.Containers {
+		if prev := byName[pod.Spec.Containers[i].Name]; prev != nil &&
+			(prev.State == runtimeapi.ContainerState_CONTAINER_CREATED || prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING) {
+			initialized = true
+			break
+		}
+	}
+	// reached: a later init container has run, or the pod initialized.
+	reached := initialized
+	var start []int
+	for i := len(inits) - 1; i >= 0; i-- {
+		c := &inits[i]
+		prev := byName[c.Name]
+		sidecar := isSidecar(c)
+		if prev == nil {
+			if reached && sidecar {
+				start = append(start, i) // its container was removed: it must run again
+			}
+			continue
+		}
+		if reached && !sidecar {
+			continue // done once; after that only sidecars are kept running
+		}
+		switch prev.State {
+		case runtimeapi.ContainerState_CONTAINER_CREATED:
+			// Created but never started (nodelet stopped in between): start a new
+			// instance, as upstream; the stale one is left to garbage collection.
+			start = append(start, i)
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			if !sidecar {
+				break // wait for it to finish
+			}
+			if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
+				if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
+					a.KillContainers[prev.Id] = msg
+				}
+				break // what follows a sidecar starts once the sidecar has started
+			}
+			if i == len(inits)-1 {
+				initialized = true
+			} else if !reached {
+				start = append(start, i+1)
+			}
+			if hashChanged(hashOf(prev), c) {
+				a.KillContainers[prev.Id] = fmt.Sprintf("Init container %s definition changed", c.Name)
+				start = append(start, i)
+			} else if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
+				a.KillContainers[prev.Id] = msg
+			}
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			if sidecar {
+				// An exited sidecar restarts whatever the pod's restart policy.
+				if a.startOrBackoff(pod, c, prev, backoff, now) {
+					start = append(start, i)
+				}
+				break
+			}
+			if prev.ExitCode != 0 {
+				if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+					a.failInit()
+					return false
+				}
+				if a.startOrBackoff(pod, c, prev, backoff, now) {
+					start = append(start, i)
+				}
+				break
+			}
+			if i == len(inits)-1 {
+				initialized = true
+			} else {
+				start = append(start, i+1)
+			}
+		default:
+			// Unknown: it may still run, so it is stopped before a new one starts.
+			if !sidecar && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				a.failInit()
+				return false
+			}
+			a.KillContainers[prev.Id] = fmt.Sprintf("Init container is in %q state, try killing it before restart", unknownState)
+			start = append(start, i)
+		}
+		reached = true
+	}
+	if !reached {
+		start = append(start, 0)
+	}
+	slices.Reverse(start)
+	a.StartInit = start
+	return initialized
+}
+
+// failInit ends the pod: an init container failed and may not run again.
+func (a *Actions) failInit() {
+	a.InitFailed = true
+	a.KillPod = true
+	a.StartInit = nil
+}
+
+// appActions decides the app containers' part of a sync of an initialized pod.
+func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) {
 	keep, wanted := 0, 0
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		prev := byName[c.Name]
 		switch {
-		case prev == nil:
+		case prev == nil || prev.State == runtimeapi.ContainerState_CONTAINER_CREATED:
+			// Never started, or created but not started (nodelet stopped in between):
+			// start a new instance whatever the restart policy, as upstream.
 			a.StartContainers = append(a.StartContainers, i)
 			wanted++
 		case prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
@@ -180,26 +256,27 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 				continue
 			}
 			keep++
-		case prev.State == runtimeapi.ContainerState_CONTAINER_CREATED:
-			// Created but never started (nodelet stopped in between): replace it.
-			a.KillContainers[prev.Id] = "Container was created but never started"
-			a.StartContainers = append(a.StartContainers, i)
-			wanted++
-		default:
-			if !shouldRestart(pod, prev) {
+		case prev.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			if finishedForGood(pod, prev) {
 				continue
 			}
 			wanted++
 			if a.startOrBackoff(pod, c, prev, backoff, now) {
 				a.StartContainers = append(a.StartContainers, i)
 			}
+		default:
+			// Unknown: it may still run; stop it so that two never run at once.
+			a.KillContainers[prev.Id] = fmt.Sprintf("Container is in %q state, try killing it before restart", unknownState)
+			a.StartContainers = append(a.StartContainers, i)
+			wanted++
 		}
 	}
 	if keep == 0 && wanted == 0 {
-		// Nothing runs and nothing will: the pod is done; stop what is left (sidecars, sandbox).
+		// Nothing runs and nothing will: the pod is done; stop what is left (sidecars,
+		// sandbox), and restart no sidecar, which would keep a finished pod alive.
 		a.KillPod = true
+		a.StartInit = nil
 	}
-	return a
 }
 
 // probeKill returns the Killing message for a running container that failed its
@@ -264,51 +341,40 @@ func isSidecar(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
-// shouldRestart applies the pod's restart policy to a dead container.
-func shouldRestart(pod *v1.Pod, prev *runtimeapi.ContainerStatus) bool {
-	if prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+// finishedForGood says whether the restart policy keeps an exited container down.
+func finishedForGood(pod *v1.Pod, prev *runtimeapi.ContainerStatus) bool {
+	if prev.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false
 	}
 	switch pod.Spec.RestartPolicy {
 	case v1.RestartPolicyNever:
-		return prev.State != runtimeapi.ContainerState_CONTAINER_EXITED
-	case v1.RestartPolicyOnFailure:
-		return !(prev.State == runtimeapi.ContainerState_CONTAINER_EXITED && prev.ExitCode == 0)
-	default:
 		return true
+	case v1.RestartPolicyOnFailure:
+		return prev.ExitCode == 0
+	default:
+		return false
 	}
 }
 
-func firstInitToRun(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus) int {
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		prev := byName[c.Name]
-		if isSidecar(c) || prev == nil || prev.State != runtimeapi.ContainerState_CONTAINER_EXITED || prev.ExitCode != 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// sandboxChanged reports whether the pod needs a new sandbox, the attempt to
-// create it with, and why.
-func sandboxChanged(pod *v1.Pod, st *pleg.PodStatus) (bool, uint32, string) {
+// sandboxChanged reports whether the pod needs a new sandbox (none, not ready,
+// another network namespace mode, no IP) and the attempt to create it with.
+func sandboxChanged(pod *v1.Pod, st *pleg.PodStatus) (bool, uint32) {
 	if len(st.Sandboxes) == 0 {
-		return true, 0, "no sandbox"
+		return true, 0
 	}
 	sb := st.Sandboxes[0]
 	next := sb.GetMetadata().GetAttempt() + 1
 	if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return true, next, "sandbox is not ready"
+		return true, next
 	}
 	hostNet := sb.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 	if hostNet != pod.Spec.HostNetwork {
-		return true, next, "sandbox network namespace changed"
+		return true, next
 	}
 	if !pod.Spec.HostNetwork && sb.GetNetwork().GetIp() == "" {
-		return true, next, "sandbox has no IP"
+		return true, next
 	}
-	return false, 0, ""
+	return false, 0
 }
 
 // latestByName returns each container name's newest runtime status.

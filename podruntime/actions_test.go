@@ -1,14 +1,19 @@
 package podruntime
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/pleg"
@@ -57,116 +62,280 @@ func ctr(pod *v1.Pod, name string, state runtimeapi.ContainerState, exit int32, 
 	}
 }
 
-func TestComputeActions(t *testing.T) {
-	always := testPod(v1.RestartPolicyAlways, "app")
-	never := testPod(v1.RestartPolicyNever, "app")
-	onFailure := testPod(v1.RestartPolicyOnFailure, "app")
-	withInit := testPod(v1.RestartPolicyAlways, "app")
-	withInit.Spec.InitContainers = []v1.Container{{Name: "init1", Image: "busybox"}, {Name: "init2", Image: "busybox"}}
-	changed := testPod(v1.RestartPolicyAlways, "app")
-	oldSpec := changed.DeepCopy()
-	changed.Spec.Containers[0].Image = "busybox:2"
+// fixture is a pod and what the runtime reports of it, built like the fixtures of
+// upstream's TestComputePodActions* so that their cases read the same here.
+type fixture struct {
+	pod *v1.Pod
+	st  *pleg.PodStatus
+}
 
+// base is upstream's makeBasePodAndStatus: three app containers running in a
+// ready sandbox (upstream leaves the restart policy empty, which means Always).
+func base() fixture {
+	pod := testPod(v1.RestartPolicyAlways, "foo1", "foo2", "foo3")
+	f := fixture{pod: pod, st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}}}
+	return f.add("foo1", running).add("foo2", running).add("foo3", running)
+}
+
+// withInits is upstream's makeBasePodAndStatusWithInitContainers: base's pod with
+// three init containers that all succeeded, and no app container yet.
+func withInits() fixture {
+	f := base()
+	f.pod.Spec.InitContainers = []v1.Container{{Name: "init1", Image: "bar-image"}, {Name: "init2", Image: "bar-image"}, {Name: "init3", Image: "bar-image"}}
+	f.st.Containers = nil
+	return f.add("init1", exited(0)).add("init2", exited(0)).add("init3", exited(0))
+}
+
+// withSidecars is upstream's makeBasePodAndStatusWithRestartableInitContainers:
+// three running sidecars, the last two with liveness and startup probes, and no
+// app container yet.
+func withSidecars() fixture {
+	f := base()
+	always := ptr.To(v1.ContainerRestartPolicyAlways)
+	f.pod.Spec.InitContainers = []v1.Container{
+		{Name: "restartable-init-1", Image: "bar-image", RestartPolicy: always},
+		{Name: "restartable-init-2", Image: "bar-image", RestartPolicy: always, LivenessProbe: &v1.Probe{}, StartupProbe: &v1.Probe{}},
+		{Name: "restartable-init-3", Image: "bar-image", RestartPolicy: always, LivenessProbe: &v1.Probe{}, StartupProbe: &v1.Probe{}},
+	}
+	f.st.Containers = nil
+	return f.add("restartable-init-1", running).add("restartable-init-2", running).add("restartable-init-3", running)
+}
+
+type ctrState struct {
+	state runtimeapi.ContainerState
+	exit  int32
+}
+
+var (
+	running = ctrState{state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	created = ctrState{state: runtimeapi.ContainerState_CONTAINER_CREATED}
+	unknown = ctrState{state: runtimeapi.ContainerState_CONTAINER_UNKNOWN}
+)
+
+func exited(code int32) ctrState {
+	return ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: code}
+}
+
+// add reports container name in state s, newer than what was added before.
+func (f fixture) add(name string, s ctrState) fixture {
+	f.st.Containers = append(f.st.Containers, ctr(f.pod, name, s.state, s.exit, int64(len(f.st.Containers)+1)))
+	return f
+}
+
+// set changes the state of name's container.
+func (f fixture) set(name string, s ctrState) fixture {
+	for _, c := range f.st.Containers {
+		if containerName(c) == name {
+			c.State, c.ExitCode = s.state, s.exit
+		}
+	}
+	return f
+}
+
+// only keeps the containers named.
+func (f fixture) only(names ...string) fixture {
+	var keep []*runtimeapi.ContainerStatus
+	for _, c := range f.st.Containers {
+		if slices.Contains(names, containerName(c)) {
+			keep = append(keep, c)
+		}
+	}
+	f.st.Containers = keep
+	return f
+}
+
+func (f fixture) policy(p v1.RestartPolicy) fixture { f.pod.Spec.RestartPolicy = p; return f }
+
+// deadSandbox makes the sandbox not ready; it was created with attempt.
+func (f fixture) deadSandbox(attempt uint32) fixture {
+	f.st.Sandboxes[0].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	f.st.Sandboxes[0].Metadata.Attempt = attempt
+	return f
+}
+
+func (f fixture) noSandbox() fixture { f.st.Sandboxes = nil; return f }
+
+func (f fixture) image(container, image string) fixture {
+	specByName(f.pod, container).Image = image
+	return f
+}
+
+// The cases of upstream's TestComputePodActions, TestComputePodActionsWithInitContainers
+// and TestComputePodActionsWithRestartableInitContainers (their names, facts only),
+// then nodelet's own. Where nodelet differs on purpose the name says so after
+// "nodelet:". Throughout, SandboxID names only a sandbox that is reused (upstream
+// also names the dead one being replaced), and a probe failure kills the
+// container while its restart waits for the next sync, where the restart policy
+// and back-off apply (upstream restarts it in the same sync).
+func TestComputeActions(t *testing.T) {
+	const unknownKill = `is in "unknown" state, try killing it before restart`
+	sb := func(a Actions) Actions { a.SandboxID = "sb"; return a }
 	tests := []struct {
-		name string
-		pod  *v1.Pod
-		st   *pleg.PodStatus
-		want Actions
+		name   string
+		f      fixture
+		probes fakeProbes
+		want   Actions
 	}{
-		{
-			name: "new pod gets a sandbox and its containers",
-			pod:  always,
-			st:   &pleg.PodStatus{},
-			want: Actions{CreateSandbox: true, NextInit: -1, StartContainers: []int{0}},
-		},
-		{
-			name: "running container is kept",
-			pod:  always,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(always, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1},
-		},
-		{
-			name: "dead sandbox is replaced with the next attempt",
-			pod:  always,
-			st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, Metadata: &runtimeapi.PodSandboxMetadata{Attempt: 2}}},
-				Containers: []*runtimeapi.ContainerStatus{ctr(always, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 137, 1)}},
-			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 3, NextInit: -1, StartContainers: []int{0}},
-		},
-		{
-			name: "restartPolicy Never gets no second sandbox after containers ran",
-			pod:  never,
-			st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY, Metadata: &runtimeapi.PodSandboxMetadata{}}},
-				Containers: []*runtimeapi.ContainerStatus{ctr(never, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 1)}},
-			want: Actions{KillPod: true, Attempt: 1, NextInit: -1},
-		},
-		{
-			name: "exited container restarts under Always",
-			pod:  always,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(always, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1, StartContainers: []int{0}},
-		},
-		{
-			name: "succeeded container under OnFailure is done: pod killed",
-			pod:  onFailure,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(onFailure, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1, KillPod: true},
-		},
-		{
-			name: "failed container under OnFailure restarts",
-			pod:  onFailure,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(onFailure, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 1, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1, StartContainers: []int{0}},
-		},
-		{
-			name: "init containers run first, in order",
-			pod:  withInit,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(withInit, "init1", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: 1},
-		},
-		{
-			name: "running init container is waited for",
-			pod:  withInit,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(withInit, "init1", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1},
-		},
-		{
-			name: "app containers start after the last init container succeeded",
-			pod:  withInit,
-			st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{
-				ctr(withInit, "init1", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 1), ctr(withInit, "init2", runtimeapi.ContainerState_CONTAINER_EXITED, 0, 2)}},
-			want: Actions{SandboxID: "sb", NextInit: -1, StartContainers: []int{0}},
-		},
-		{
-			name: "spec change restarts a running container",
-			pod:  changed,
-			st:   &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(oldSpec, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)}},
-			want: Actions{SandboxID: "sb", NextInit: -1, StartContainers: []int{0}, KillContainers: map[string]string{"app-id": "Container app definition changed, will be restarted"}},
-		},
+		// TestComputePodActions.
+		{name: "everything is good; do nothing", f: base(), want: sb(Actions{})},
+		{name: "start pod sandbox and all containers for a new pod (nodelet: KillPod only when there is something to kill)",
+			f: base().noSandbox().only(), want: Actions{CreateSandbox: true, StartContainers: []int{0, 1, 2}}},
+		{name: "restart exited containers if RestartPolicy == Always",
+			f: base().set("foo1", exited(0)).set("foo2", exited(111)), want: sb(Actions{StartContainers: []int{0, 1}})},
+		{name: "restart failed containers if RestartPolicy == OnFailure",
+			f: base().policy(v1.RestartPolicyOnFailure).set("foo1", exited(0)).set("foo2", exited(111)), want: sb(Actions{StartContainers: []int{1}})},
+		{name: "restart created but not started containers if RestartPolicy == OnFailure",
+			f: base().policy(v1.RestartPolicyOnFailure).set("foo1", exited(0)).set("foo2", created), want: sb(Actions{StartContainers: []int{1}})},
+		{name: "don't restart containers if RestartPolicy == Never",
+			f: base().policy(v1.RestartPolicyNever).set("foo1", exited(0)).set("foo2", exited(111)), want: sb(Actions{})},
+		{name: "Kill pod and recreate everything if the pod sandbox is dead, and RestartPolicy == Always",
+			f: base().deadSandbox(0), want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartContainers: []int{0, 1, 2}}},
+		{name: "Kill pod and recreate all containers (except for the succeeded one) if the pod sandbox is dead, and RestartPolicy == OnFailure",
+			f:    base().policy(v1.RestartPolicyOnFailure).deadSandbox(0).set("foo2", exited(0)),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartContainers: []int{0, 2}}},
+		{name: "Kill pod and recreate all containers if the PodSandbox does not have an IP",
+			f:    func() fixture { f := base(); f.st.Sandboxes[0].Network.Ip = ""; return f }(),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartContainers: []int{0, 1, 2}}},
+		{name: "Kill and recreate the container if the container's spec changed",
+			f:    base().image("foo2", "busybox:2"),
+			want: sb(Actions{StartContainers: []int{1}, KillContainers: map[string]string{"foo2-id": "Container foo2 definition changed, will be restarted"}})},
+		{name: "Kill and recreate the container if the liveness check has failed (nodelet: restarted on the next sync)",
+			f: base(), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe, will be restarted"}})},
+		{name: "Kill and recreate the container if the startup check has failed (nodelet: restarted on the next sync)",
+			f: base(), probes: fakeProbes{failed: map[string]string{"foo2-id": "startup"}},
+			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed startup probe, will be restarted"}})},
+		{name: "Verify we do not create a pod sandbox if no ready sandbox for pod with RestartPolicy=Never and all containers exited",
+			f:    base().policy(v1.RestartPolicyNever).deadSandbox(1).set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
+			want: Actions{KillPod: true, Attempt: 2}},
+		{name: "Verify we do not create a pod sandbox if no ready sandbox for pod with RestartPolicy=OnFailure and all containers succeeded",
+			f:    base().policy(v1.RestartPolicyOnFailure).deadSandbox(1).set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
+			want: Actions{KillPod: true, Attempt: 2}},
+		{name: "Verify we create a pod sandbox if no ready sandbox for pod with RestartPolicy=Never and no containers have ever been created",
+			f:    base().policy(v1.RestartPolicyNever).deadSandbox(2).only(),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 3, StartContainers: []int{0, 1, 2}}},
+		{name: "Kill and recreate the container if the container is in unknown state",
+			f:    base().policy(v1.RestartPolicyNever).set("foo2", unknown),
+			want: sb(Actions{StartContainers: []int{1}, KillContainers: map[string]string{"foo2-id": "Container " + unknownKill}})},
+		{name: "Restart the container if the container is in created state",
+			f: base().policy(v1.RestartPolicyNever).set("foo2", created), want: sb(Actions{StartContainers: []int{1}})},
+
+		// TestComputePodActionsWithInitContainers.
+		{name: "init: initialization completed; start all containers", f: withInits(), want: sb(Actions{StartContainers: []int{0, 1, 2}})},
+		{name: "init: no init containers have been started; start the first one", f: withInits().only(), want: sb(Actions{StartInit: []int{0}})},
+		{name: "init: initialization in progress; do nothing", f: withInits().set("init3", running), want: sb(Actions{})},
+		{name: "init: Kill pod and restart the first init container if the pod sandbox is dead",
+			f: withInits().deadSandbox(0), want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "init: initialization failed; restart the last init container if RestartPolicy == Always",
+			f: withInits().set("init3", exited(137)), want: sb(Actions{StartInit: []int{2}})},
+		{name: "init: initialization failed; restart the last init container if RestartPolicy == OnFailure",
+			f: withInits().policy(v1.RestartPolicyOnFailure).set("init3", exited(137)), want: sb(Actions{StartInit: []int{2}})},
+		{name: "init: initialization failed; kill pod if RestartPolicy == Never (nodelet: InitFailed tells the sync loop)",
+			f: withInits().policy(v1.RestartPolicyNever).set("init3", exited(137)), want: sb(Actions{KillPod: true, InitFailed: true})},
+		{name: "init: init container state unknown; kill and recreate the last init container if RestartPolicy == Always",
+			f:    withInits().set("init3", unknown),
+			want: sb(Actions{StartInit: []int{2}, KillContainers: map[string]string{"init3-id": "Init container " + unknownKill}})},
+		{name: "init: init container state unknown; kill and recreate the last init container if RestartPolicy == OnFailure",
+			f:    withInits().policy(v1.RestartPolicyOnFailure).set("init3", unknown),
+			want: sb(Actions{StartInit: []int{2}, KillContainers: map[string]string{"init3-id": "Init container " + unknownKill}})},
+		{name: "init: init container state unknown; kill pod if RestartPolicy == Never (nodelet: InitFailed)",
+			f: withInits().policy(v1.RestartPolicyNever).set("init3", unknown), want: sb(Actions{KillPod: true, InitFailed: true})},
+		{name: "init: Pod sandbox not ready, init container failed, but RestartPolicy == Never; kill pod only",
+			f: withInits().policy(v1.RestartPolicyNever).deadSandbox(0), want: Actions{KillPod: true, Attempt: 1}},
+		{name: "init: Pod sandbox not ready, and RestartPolicy == Never, but no visible init containers; create a new pod sandbox",
+			f: withInits().policy(v1.RestartPolicyNever).deadSandbox(0).only(), want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "init: Pod sandbox not ready, init container failed, and RestartPolicy == OnFailure; create a new pod sandbox",
+			f:    withInits().policy(v1.RestartPolicyOnFailure).deadSandbox(0).set("init3", exited(137)),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "init: some of the init container statuses are missing but the last init container is running, don't restart preceding ones",
+			f: withInits().set("init3", running).only("init3"), want: sb(Actions{})},
+		{name: "init: an init container is in the created state due to an unknown error when starting container; restart it",
+			f: withInits().set("init3", created), want: sb(Actions{StartInit: []int{2}})},
+
+		// TestComputePodActionsWithRestartableInitContainers.
+		{name: "sidecar: initialization completed; start all containers", f: withSidecars(), want: sb(Actions{StartContainers: []int{0, 1, 2}})},
+		{name: "sidecar: no init containers have been started; start the first one", f: withSidecars().only(), want: sb(Actions{StartInit: []int{0}})},
+		{name: "sidecar: an init container is stuck in the created state; restart it",
+			f: withSidecars().set("restartable-init-3", created), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: restartable init container has started; start the next",
+			f: withSidecars().only("restartable-init-1"), want: sb(Actions{StartInit: []int{1}})},
+		{name: "sidecar: livenessProbe has not been run; start the nothing (sic; the next one starts)",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: livenessProbe in progress; start the next",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: livenessProbe has completed; start the next",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: kill and recreate the restartable init container if the liveness check has failed (nodelet: restarted on the next sync)",
+			f: withSidecars(), probes: fakeProbes{failed: map[string]string{"restartable-init-3-id": "liveness"}},
+			want: sb(Actions{StartContainers: []int{0, 1, 2},
+				KillContainers: map[string]string{"restartable-init-3-id": "Container restartable-init-3 failed liveness probe, will be restarted"}})},
+		{name: "sidecar: startupProbe has not been run; do nothing",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: fakeProbes{notStarted: map[string]bool{"restartable-init-2-id": true}},
+			want: sb(Actions{})},
+		{name: "sidecar: startupProbe in progress; do nothing",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: fakeProbes{notStarted: map[string]bool{"restartable-init-2-id": true}},
+			want: sb(Actions{})},
+		{name: "sidecar: startupProbe has completed; start the next",
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: kill and recreate the restartable init container if the startup check has failed (nodelet: restarted on the next sync)",
+			f: withSidecars(), probes: fakeProbes{failed: map[string]string{"restartable-init-3-id": "startup"}, notStarted: map[string]bool{"restartable-init-3-id": true}},
+			want: sb(Actions{KillContainers: map[string]string{"restartable-init-3-id": "Container restartable-init-3 failed startup probe, will be restarted"}})},
+		{name: "sidecar: kill and recreate the restartable init container if the container definition changes",
+			f: withSidecars().image("restartable-init-3", "foo-image"),
+			want: sb(Actions{StartInit: []int{2}, StartContainers: []int{0, 1, 2},
+				KillContainers: map[string]string{"restartable-init-3-id": "Init container restartable-init-3 definition changed"}})},
+		{name: "sidecar: restart terminated restartable init container and next init container",
+			f: withSidecars().set("restartable-init-1", exited(0)).set("restartable-init-3", exited(0)), want: sb(Actions{StartInit: []int{0, 2}})},
+		{name: "sidecar: restart terminated restartable init container and regular containers",
+			f: withSidecars().set("restartable-init-1", exited(0)), want: sb(Actions{StartInit: []int{0}, StartContainers: []int{0, 1, 2}})},
+		{name: "sidecar: Pod sandbox not ready, restartable init container failed, but RestartPolicy == Never; kill pod only",
+			f:    withSidecars().policy(v1.RestartPolicyNever).deadSandbox(0).set("restartable-init-3", exited(137)),
+			want: Actions{KillPod: true, Attempt: 1}},
+		{name: "sidecar: Pod sandbox not ready, and RestartPolicy == Never, but no visible restartable init containers;  create a new pod sandbox",
+			f:    withSidecars().policy(v1.RestartPolicyNever).deadSandbox(0).only(),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "sidecar: Pod sandbox not ready, restartable init container failed, and RestartPolicy == OnFailure; create a new pod sandbox",
+			f:    withSidecars().policy(v1.RestartPolicyOnFailure).deadSandbox(0).set("restartable-init-3", exited(137)),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "sidecar: Pod sandbox not ready, restartable init container failed, and RestartPolicy == Always; create a new pod sandbox",
+			f:    withSidecars().deadSandbox(0).set("restartable-init-3", exited(137)),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "sidecar: initialization failed; restart the last restartable init container even if pod's RestartPolicy == Never",
+			f: withSidecars().policy(v1.RestartPolicyNever).set("restartable-init-3", exited(137)), want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: restartable init container state unknown; kill and recreate the last restartable init container even if pod's RestartPolicy == Never",
+			f:    withSidecars().policy(v1.RestartPolicyNever).set("restartable-init-3", unknown),
+			want: sb(Actions{StartInit: []int{2}, KillContainers: map[string]string{"restartable-init-3-id": "Init container " + unknownKill}})},
+		{name: "sidecar: restart restartable init container if regular containers are running even if pod's RestartPolicy == Never",
+			f:    withSidecars().policy(v1.RestartPolicyNever).set("restartable-init-3", exited(137)).add("foo1", running).add("foo2", running).add("foo3", running),
+			want: sb(Actions{StartInit: []int{2}})},
+		{name: "sidecar: kill the pod if all main containers succeeded if pod's RestartPolicy == Never",
+			f:    withSidecars().policy(v1.RestartPolicyNever).add("foo1", exited(0)).add("foo2", exited(0)).add("foo3", exited(0)),
+			want: sb(Actions{KillPod: true})},
+		{name: "sidecar: some of the init container statuses are missing but the last init container is running, restart restartable init and regular containers",
+			f: withSidecars().only("restartable-init-3"), want: sb(Actions{StartInit: []int{0, 1}, StartContainers: []int{0, 1, 2}})},
+
+		// nodelet's own.
+		{name: "succeeded container under OnFailure is done: pod killed",
+			f:    base().policy(v1.RestartPolicyOnFailure).set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
+			want: sb(Actions{KillPod: true})},
+		{name: "init containers run one after the other",
+			f: withInits().only("init1"), want: sb(Actions{StartInit: []int{1}})},
+		{name: "an init container left created after a restart gets a new instance, the ones before are not rerun",
+			f: withInits().only("init1", "init2").set("init2", created), want: sb(Actions{StartInit: []int{1}})},
+		{name: "no sandbox left, every container succeeded under OnFailure: no new sandbox",
+			f:    base().policy(v1.RestartPolicyOnFailure).noSandbox().set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
+			want: Actions{KillPod: true}},
+		{name: "sandbox dead after every app container succeeded under OnFailure: no sandbox, init containers not rerun",
+			f:    withSidecars().policy(v1.RestartPolicyOnFailure).deadSandbox(0).set("restartable-init-1", exited(0)).add("foo1", exited(0)).add("foo2", exited(0)).add("foo3", exited(0)),
+			want: Actions{KillPod: true, Attempt: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ComputeActions(tt.pod, tt.st, nil, t0)
-			if got.KillPod != tt.want.KillPod || got.CreateSandbox != tt.want.CreateSandbox || got.Attempt != tt.want.Attempt ||
-				got.SandboxID != tt.want.SandboxID || got.NextInit != tt.want.NextInit || !equalInts(got.StartContainers, tt.want.StartContainers) ||
-				len(got.KillContainers) != len(tt.want.KillContainers) {
-				t.Fatalf("ComputeActions() = %+v, want %+v", got, tt.want)
-			}
-			for id, why := range tt.want.KillContainers {
-				if got.KillContainers[id] != why {
-					t.Errorf("KillContainers[%s] = %q, want %q", id, got.KillContainers[id], why)
-				}
+			got := ComputeActionsWithProbes(tt.f.pod, tt.f.st, nil, t0, tt.probes)
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ComputeActions() mismatch (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestInitFailureUnderNeverFailsPod(t *testing.T) {
-	pod := testPod(v1.RestartPolicyNever, "app")
-	pod.Spec.InitContainers = []v1.Container{{Name: "init1", Image: "busybox"}}
-	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{ctr(pod, "init1", runtimeapi.ContainerState_CONTAINER_EXITED, 1, 1)}}
-	got := ComputeActions(pod, st, nil, t0)
-	if !got.InitFailed || !got.KillPod || len(got.StartContainers) != 0 {
-		t.Fatalf("got %+v, want InitFailed and KillPod with nothing started", got)
 	}
 }
 
@@ -213,16 +382,4 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 			t.Fatalf("back-off waits = %v, want %v", waits, want)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

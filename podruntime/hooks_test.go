@@ -3,6 +3,7 @@ package podruntime
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -107,11 +108,11 @@ func TestSidecarStartupGatesNextInit(t *testing.T) {
 	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{
 		ctr(pod, "proxy", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1),
 	}}
-	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{notStarted: map[string]bool{"proxy-id": true}}); got.NextInit != -1 || len(got.StartContainers) != 0 {
+	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{notStarted: map[string]bool{"proxy-id": true}}); len(got.StartInit) != 0 || len(got.StartContainers) != 0 {
 		t.Errorf("before the sidecar started: %+v, want nothing started", got)
 	}
-	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{}); got.NextInit != 1 {
-		t.Errorf("after the sidecar started: NextInit = %d, want 1", got.NextInit)
+	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{}); !slices.Equal(got.StartInit, []int{1}) {
+		t.Errorf("after the sidecar started: StartInit = %v, want [1]", got.StartInit)
 	}
 }
 

@@ -169,7 +169,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes)
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
-		"nextInit", acts.NextInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))
+		"startInit", acts.StartInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))
 
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
@@ -201,8 +201,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if !acts.CreateSandbox {
 			return res, nil
 		}
+		m.purgeInitContainers(ctx, pod, st)
 	}
-	if !acts.CreateSandbox && acts.NextInit < 0 && len(acts.StartContainers) == 0 {
+	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 {
 		return res, nil
 	}
 
@@ -257,7 +258,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return res, err
 	}
 
-	start := func(c *v1.Container, isInit bool) error {
+	start := func(c *v1.Container) error {
 		w, err := m.startContainer(ctx, pod, st, c, sandboxID, sbCfg, vols, podIPs)
 		if w == nil && err == nil {
 			res.Changed = true
@@ -272,19 +273,42 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		return err
 	}
-	if acts.NextInit >= 0 {
-		if err := start(&pod.Spec.InitContainers[acts.NextInit], true); err != nil {
-			return res, err
-		}
-		return res, nil
-	}
 	var errs []error
+	for _, i := range acts.StartInit {
+		c := &pod.Spec.InitContainers[i]
+		if err := start(c); err != nil {
+			if !isSidecar(c) {
+				// Nothing after an init container may start before it succeeded.
+				return res, errors.Join(append(errs, err)...)
+			}
+			errs = append(errs, err) // a sidecar that failed to start holds up no one
+		}
+	}
 	for _, i := range acts.StartContainers {
-		if err := start(&pod.Spec.Containers[i], false); err != nil {
+		if err := start(&pod.Spec.Containers[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// purgeInitContainers removes every init container of the pod before its new
+// sandbox is created, as upstream: init containers then run again from the first,
+// and no instance left from the old sandbox passes for a completed one.
+// Failures are logged: at worst an init container reruns later than it could.
+func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) {
+	inits := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		inits[pod.Spec.InitContainers[i].Name] = true
+	}
+	for _, c := range st.Containers {
+		if !inits[containerName(c)] {
+			continue
+		}
+		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Removing init container before recreating the sandbox", "pod", klog.KObj(pod), "containerID", c.Id)
+		}
+	}
 }
 
 func runtimeHandler(pod *v1.Pod) string {

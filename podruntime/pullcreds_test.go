@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,6 +28,13 @@ type noVolumes struct{}
 func (noVolumes) SetUpPod(context.Context, *v1.Pod) (map[string]volumes.HostVolume, error) {
 	return map[string]volumes.HostVolume{}, nil
 }
+
+// PrepareSubPath is never reached: these pods mount no volumes.
+func (noVolumes) PrepareSubPath(context.Context, *v1.Pod, volumes.HostVolume, volumes.SubPath) (string, error) {
+	return "", errors.New("noVolumes has no volumes")
+}
+
+func (noVolumes) TearDownSubPaths(context.Context, types.UID) error { return nil }
 
 const privateImage = "reg.example.com/team/app:1.0"
 

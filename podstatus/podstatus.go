@@ -4,6 +4,7 @@
 package podstatus
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -107,8 +108,100 @@ func Generate(in Input) v1.PodStatus {
 		s.Phase = prev.Phase
 		s.Reason, s.Message = prev.Reason, prev.Message
 	}
+	if IsTerminal(s.Phase) {
+		terminateWaiting(pod, &s)
+	}
+	SortContainerStatuses(&s)
 	s.Conditions = conditions(in, s)
 	return s
+}
+
+// What upstream reports for a container that left no trace in the runtime.
+const (
+	reasonStatusUnknown = "ContainerStatusUnknown"
+	// msgNotFoundAtEnd: the pod ended while the container was not running.
+	msgNotFoundAtEnd = "The container could not be located when the pod was terminated"
+	// msgVanishedWhileRunning: it was running, and is gone without an exit code.
+	msgVanishedWhileRunning = "The container could not be located when the pod was deleted.  The container used to be Running"
+	exitCodeUnknown         = 137
+)
+
+func statusUnknown(msg string) *v1.ContainerStateTerminated {
+	return &v1.ContainerStateTerminated{Reason: reasonStatusUnknown, Message: msg, ExitCode: exitCodeUnknown}
+}
+
+// terminateWaiting ends the waiting containers of a terminal pod, as upstream does
+// when a pod ends (ContainerStatusUnknown, exit code 137), so that clients see
+// every container ended and none still coming (ContainerCreating after
+// activeDeadlineSeconds, say). App containers of a pod that never initialized keep
+// waiting, the failed init container says why; so do the init containers after
+// the last one that ever started.
+func terminateWaiting(pod *v1.Pod, s *v1.PodStatus) {
+	end := func(cs *v1.ContainerStatus) {
+		if cs.State.Waiting != nil {
+			cs.State = v1.ContainerState{Terminated: statusUnknown(msgNotFoundAtEnd)}
+		}
+	}
+	if initializedOnce(pod, s) {
+		for i := range s.ContainerStatuses {
+			end(&s.ContainerStatuses[i])
+		}
+	}
+	for i := range startedInits(s.InitContainerStatuses) {
+		end(&s.InitContainerStatuses[i])
+	}
+}
+
+// initializedOnce says whether the pod ever completed its initialization: any app
+// container that left waiting, or the last init container done (a sidecar:
+// started).
+func initializedOnce(pod *v1.Pod, s *v1.PodStatus) bool {
+	inits := pod.Spec.InitContainers
+	if len(inits) == 0 {
+		return true
+	}
+	for _, cs := range s.ContainerStatuses {
+		if cs.LastTerminationState.Terminated != nil || cs.State.Waiting == nil {
+			return true
+		}
+	}
+	last := len(s.InitContainerStatuses) - 1
+	if last < 0 || last >= len(inits) || s.InitContainerStatuses[last].Name != inits[last].Name {
+		return false
+	}
+	cs := s.InitContainerStatuses[last]
+	if isSidecar(&inits[last]) {
+		return cs.State.Running != nil && cs.Started != nil && *cs.Started
+	}
+	for _, t := range []*v1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+		if t != nil && t.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// startedInits is the init container statuses up to the last one that ever left
+// waiting; the first one when none did.
+func startedInits(list []v1.ContainerStatus) []v1.ContainerStatus {
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].State.Waiting == nil || list[i].LastTerminationState.Terminated != nil {
+			return list[:i+1]
+		}
+	}
+	if len(list) > 0 {
+		return list[:1]
+	}
+	return nil
+}
+
+// SortContainerStatuses puts container statuses in upstream's order: app and
+// ephemeral containers by name, init containers as Generate lists them, in spec
+// order, which readers of the API rely on (kubectl's Init:N/M, controllers).
+func SortContainerStatuses(s *v1.PodStatus) {
+	byName := func(a, b v1.ContainerStatus) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortStableFunc(s.ContainerStatuses, byName)
+	slices.SortStableFunc(s.EphemeralContainerStatuses, byName)
 }
 
 func anyRunning(list []v1.ContainerStatus) bool {
@@ -184,8 +277,16 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 				// The runtime lost the containers (removed); keep what we knew.
 				cs.RestartCount = p.RestartCount
 				cs.LastTerminationState = p.LastTerminationState
-				if p.State.Terminated != nil {
+				switch {
+				case p.State.Terminated != nil:
 					cs.State = p.State
+				case p.State.Running != nil && !ok && cs.LastTerminationState.Terminated == nil:
+					// It ran and vanished without an exit code: it ended, as upstream
+					// reports it, so that the pod does not fall back to Pending.
+					cs.LastTerminationState.Terminated = statusUnknown(msgVanishedWhileRunning)
+					if in.Pod.DeletionTimestamp == nil {
+						cs.RestartCount++
+					}
 				}
 			}
 			out = append(out, cs)

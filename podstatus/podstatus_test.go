@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -158,5 +160,117 @@ func TestQOSClass(t *testing.T) {
 				t.Fatalf("QOSClass = %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// containerView is the part of a container status these tests check.
+type containerView struct {
+	Name     string
+	State    v1.ContainerState
+	Last     v1.ContainerState
+	Restarts int32
+}
+
+func views(list []v1.ContainerStatus) []containerView {
+	var out []containerView
+	for _, c := range list {
+		out = append(out, containerView{Name: c.Name, State: c.State, Last: c.LastTerminationState, Restarts: c.RestartCount})
+	}
+	return out
+}
+
+// A terminal pod reports no waiting container: each ends as upstream ends it, so
+// that clients see the pod is over (issue 14, item 7).
+func TestTerminalPodEndsWaitingContainers(t *testing.T) {
+	exit := runtimeapi.ContainerState_CONTAINER_EXITED
+	waiting := func(reason string) v1.ContainerState {
+		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}
+	}
+	unknownAtEnd := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+		Reason: "ContainerStatusUnknown", Message: "The container could not be located when the pod was terminated", ExitCode: 137}}
+	vanished := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+		Reason: "ContainerStatusUnknown", Message: "The container could not be located when the pod was deleted.  The container used to be Running", ExitCode: 137}}
+	completed := func(id string) v1.ContainerState {
+		return v1.ContainerState{Terminated: &v1.ContainerStateTerminated{Reason: "Completed", ContainerID: "containerd://" + id,
+			StartedAt: metav1.NewTime(now.Add(-time.Minute)), FinishedAt: metav1.NewTime(now)}}
+	}
+	failedInit := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, ContainerID: "containerd://setup-0",
+		StartedAt: metav1.NewTime(now.Add(-time.Minute)), FinishedAt: metav1.NewTime(now)}}
+	withInits := func(policy v1.RestartPolicy, inits ...string) *v1.Pod {
+		p := pod(policy, "app")
+		for _, n := range inits {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: n, Image: "img"})
+		}
+		return p
+	}
+	wasRunning := v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "a", RestartCount: 2,
+		State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}}
+
+	tests := []struct {
+		name      string
+		pod       *v1.Pod
+		ctrs      []*runtimeapi.ContainerStatus
+		waiting   map[string]Waiting
+		prev      v1.PodStatus
+		terminal  bool
+		wantPhase v1.PodPhase
+		wantInit  []containerView
+		want      []containerView
+	}{
+		{name: "activeDeadlineSeconds while containers were being created", pod: pod(v1.RestartPolicyAlways, "b", "a"), terminal: true,
+			wantPhase: v1.PodFailed, want: []containerView{{Name: "a", State: unknownAtEnd}, {Name: "b", State: unknownAtEnd}}},
+		{name: "one container completed, the other could not pull its image", pod: pod(v1.RestartPolicyNever, "a", "b"), terminal: true,
+			ctrs: []*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, waiting: map[string]Waiting{"b": {Reason: "ImagePullBackOff"}},
+			wantPhase: v1.PodFailed, want: []containerView{{Name: "a", State: completed("a-0")}, {Name: "b", State: unknownAtEnd}}},
+		{name: "deleted before any init container ran: the first init container ends, app containers keep waiting",
+			pod: withInits(v1.RestartPolicyAlways, "setup", "migrate"), terminal: true, wantPhase: v1.PodFailed,
+			wantInit: []containerView{{Name: "setup", State: unknownAtEnd}, {Name: "migrate", State: waiting("ContainerCreating")}},
+			want:     []containerView{{Name: "app", State: waiting("PodInitializing")}}},
+		{name: "init container failed under Never: what never started keeps waiting",
+			pod: withInits(v1.RestartPolicyNever, "setup", "migrate"), ctrs: []*runtimeapi.ContainerStatus{cs("setup", exit, 1, 1, "0")}, wantPhase: v1.PodFailed,
+			wantInit: []containerView{{Name: "setup", State: failedInit}, {Name: "migrate", State: waiting("ContainerCreating")}},
+			want:     []containerView{{Name: "app", State: waiting("PodInitializing")}}},
+		{name: "not terminal: waiting stays waiting", pod: pod(v1.RestartPolicyAlways, "a"), wantPhase: v1.PodPending,
+			want: []containerView{{Name: "a", State: waiting("ContainerCreating")}}},
+		{name: "a running container vanished from the runtime: it ended, and restarted once more", pod: pod(v1.RestartPolicyAlways, "a"), prev: wasRunning,
+			wantPhase: v1.PodRunning, want: []containerView{{Name: "a", State: waiting("ContainerCreating"), Last: vanished, Restarts: 3}}},
+		{name: "a running container vanished, then the pod ended", pod: pod(v1.RestartPolicyAlways, "a"), prev: wasRunning, terminal: true,
+			wantPhase: v1.PodFailed, want: []containerView{{Name: "a", State: unknownAtEnd, Last: vanished, Restarts: 3}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: tt.pod, Runtime: &pleg.PodStatus{UID: "u", Containers: tt.ctrs}, Waiting: tt.waiting,
+				Previous: tt.prev, Now: now, Terminal: tt.terminal})
+			if s.Phase != tt.wantPhase {
+				t.Errorf("phase = %s, want %s", s.Phase, tt.wantPhase)
+			}
+			if diff := cmp.Diff(tt.wantInit, views(s.InitContainerStatuses)); diff != "" {
+				t.Errorf("init container statuses (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.want, views(s.ContainerStatuses)); diff != "" {
+				t.Errorf("container statuses (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Init container statuses come in spec order, app containers by name, as upstream.
+func TestContainerStatusOrder(t *testing.T) {
+	p := pod(v1.RestartPolicyAlways, "web", "db")
+	for _, n := range []string{"setup", "migrate", "await-db"} {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: n, Image: "img"})
+	}
+	s := Generate(Input{Pod: p, Runtime: &pleg.PodStatus{UID: "u"}, Now: now})
+	names := func(list []v1.ContainerStatus) (out []string) {
+		for _, c := range list {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"setup", "migrate", "await-db"}, names(s.InitContainerStatuses)); diff != "" {
+		t.Errorf("init container order (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"db", "web"}, names(s.ContainerStatuses)); diff != "" {
+		t.Errorf("container order (-want +got):\n%s", diff)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/podstatus"
 )
 
 // BatchPeriod is upstream's syncBatch period.
@@ -547,8 +549,9 @@ func forCompare(s v1.PodStatus) v1.PodStatus {
 	return s
 }
 
-// normalizeStatus truncates times to seconds (what the API stores) and sorts container
-// statuses by name, so a status read back from the API compares equal to ours.
+// normalizeStatus truncates times to seconds (what the API stores) and orders
+// container statuses as upstream (init containers stay in spec order), so a status
+// read back from the API compares equal to ours.
 func normalizeStatus(s *v1.PodStatus) {
 	trunc := func(t *metav1.Time) {
 		if t != nil && !t.IsZero() {
@@ -573,8 +576,8 @@ func normalizeStatus(s *v1.PodStatus) {
 				}
 			}
 		}
-		sort.SliceStable(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	}
+	podstatus.SortContainerStatuses(s)
 }
 
 type metrics struct {

@@ -507,3 +507,40 @@ func TestStatusPatchIsMinimal(t *testing.T) {
 		t.Errorf("patch %s, want only the changed condition", s)
 	}
 }
+
+// Init container statuses reach the API in spec order, as upstream writes them:
+// kubectl's Init:N/M and controllers read them by position. App containers go by
+// name, as upstream sorts them.
+func TestContainerStatusOrder(t *testing.T) {
+	pod := testPod("p", "u1")
+	pod.Spec.InitContainers = []v1.Container{{Name: "setup"}, {Name: "migrate"}, {Name: "await-db"}}
+	pod.Spec.Containers = []v1.Container{{Name: "web"}, {Name: "db"}}
+	client := fake.NewClientset(pod)
+	m := NewManager(client, nil, clocktesting.NewFakeClock(t0))
+
+	st := running(t0)
+	done := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}
+	st.InitContainerStatuses = []v1.ContainerStatus{{Name: "setup", State: done}, {Name: "migrate", State: done}, {Name: "await-db", State: done}}
+	st.ContainerStatuses = []v1.ContainerStatus{{Name: "web"}, {Name: "db"}}
+	m.SetPodStatus(pod, st)
+	m.syncBatch(context.Background(), false)
+
+	got := apiStatus(t, client, "p")
+	names := func(list []v1.ContainerStatus) []string {
+		var out []string
+		for _, c := range list {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	if g, w := names(got.InitContainerStatuses), []string{"setup", "migrate", "await-db"}; strings.Join(g, ",") != strings.Join(w, ",") {
+		t.Errorf("init container statuses in the API: %v, want spec order %v", g, w)
+	}
+	if g, w := names(got.ContainerStatuses), []string{"db", "web"}; strings.Join(g, ",") != strings.Join(w, ",") {
+		t.Errorf("container statuses in the API: %v, want by name %v", g, w)
+	}
+	// Read back, the status compares equal to ours: no second patch.
+	m.SetPodStatus(pod, st)
+	m.syncBatch(context.Background(), true)
+	wantVerbs(t, client)
+}

@@ -1,0 +1,199 @@
+package podruntime
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/pleg"
+)
+
+// syncRig runs SyncPod over the fake CRI and reads the pod's status back through
+// a real relist, as the sync loop does.
+type syncRig struct {
+	t      *testing.T
+	fake   *cri.FakeRuntime
+	client *cri.Client
+	root   string
+	cache  *pleg.Cache
+	relist *pleg.Generic
+}
+
+func newSyncRig(t *testing.T) *syncRig {
+	t.Helper()
+	fake := cri.NewFakeRuntime(t)
+	client, err := cri.New(context.Background(), fake.Endpoint(), "", 10*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to the fake runtime: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Close(context.Background()) })
+	cache := pleg.NewCache(clock.RealClock{})
+	return &syncRig{t: t, fake: fake, client: client, root: t.TempDir(), cache: cache,
+		relist: pleg.NewGeneric(client, cache, time.Second, time.Minute, clock.RealClock{})}
+}
+
+// manager is a fresh Manager, as after a nodelet start.
+func (r *syncRig) manager() *Manager {
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
+	return New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
+		record.NewFakeRecorder(1000), clock.RealClock{})
+}
+
+func (r *syncRig) status(pod *v1.Pod) *pleg.PodStatus {
+	r.t.Helper()
+	r.relist.Relist(context.Background())
+	st, err := r.cache.Get(pod.UID)
+	if err != nil {
+		r.t.Fatalf("reading the status of %s: %v", pod.Name, err)
+	}
+	return st
+}
+
+// containers returns the states of the pod's containers named name, oldest first.
+func (r *syncRig) containers(pod *v1.Pod, name string) []runtimeapi.ContainerState {
+	r.t.Helper()
+	st := r.status(pod)
+	var out []runtimeapi.ContainerState
+	for _, c := range slices.Backward(st.Containers) {
+		if containerName(c) == name {
+			out = append(out, c.State)
+		}
+	}
+	return out
+}
+
+func (r *syncRig) containerID(pod *v1.Pod, name string, state runtimeapi.ContainerState) string {
+	r.t.Helper()
+	for _, c := range r.status(pod).Containers {
+		if containerName(c) == name && c.State == state {
+			return c.Id
+		}
+	}
+	r.t.Fatalf("no %s container %s", state, name)
+	return ""
+}
+
+func syncPod(name string, policy v1.RestartPolicy, inits []string, containers ...string) *v1.Pod {
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1.PodSpec{RestartPolicy: policy},
+	}
+	for _, n := range inits {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, v1.Container{Name: n, Image: "busybox:1"})
+	}
+	for _, n := range containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: n, Image: "busybox:1"})
+	}
+	return pod
+}
+
+// Nodelet stopped between CreateContainer and StartContainer of an init
+// container: after its restart the pod must finish its initialization (issue
+// 14, item 4), not wait forever for the created container to exit.
+func TestInitContainerLeftCreatedIsStartedAfterRestart(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("init-created", v1.RestartPolicyAlways, []string{"setup"}, "app")
+
+	// The first nodelet creates the init container and dies before starting it
+	// (played by StartContainer failing; nothing starts it afterwards).
+	r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the first sync's start was meant to fail")
+	}
+	if got := r.containers(pod, "setup"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED}) {
+		t.Fatalf("init container states = %v, want one created", got)
+	}
+
+	m := r.manager() // restarted
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync after the restart: %v", err)
+	}
+	want := []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED, runtimeapi.ContainerState_CONTAINER_RUNNING}
+	if got := r.containers(pod, "setup"); !slices.Equal(got, want) {
+		t.Fatalf("init container states after the restart = %v, want %v (a new instance runs)", got, want)
+	}
+
+	r.fake.ExitContainer(r.containerID(pod, "setup", runtimeapi.ContainerState_CONTAINER_RUNNING), 0, "")
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync after the init container completed: %v", err)
+	}
+	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Fatalf("app container states = %v, want it running: the pod completed init", got)
+	}
+}
+
+// A pod whose containers all succeeded under OnFailure loses its sandbox: no new
+// one is created only to be killed (issue 14, item 5).
+func TestNoSandboxForAPodThatIsDone(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("done", v1.RestartPolicyOnFailure, []string{"setup"}, "app")
+	m := r.manager()
+	for _, step := range []string{"setup", "app"} {
+		if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+			t.Fatalf("sync to start %s: %v", step, err)
+		}
+		r.fake.ExitContainer(r.containerID(pod, step, runtimeapi.ContainerState_CONTAINER_RUNNING), 0, "")
+	}
+	st := r.status(pod)
+	if err := r.client.StopPodSandbox(ctx, st.Sandboxes[0].Id); err != nil {
+		t.Fatal(err)
+	}
+
+	r.fake.ResetCalls()
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync of the finished pod: %v", err)
+	}
+	calls := r.fake.Calls()
+	for _, forbidden := range []string{"RunPodSandbox", "CreateContainer", "RemoveContainer"} {
+		if slices.Contains(calls, forbidden) {
+			t.Errorf("%s called for a pod with nothing left to run; calls: %v", forbidden, calls)
+		}
+	}
+	if got := len(r.status(pod).Sandboxes); got != 1 {
+		t.Errorf("sandboxes = %d, want the old one only", got)
+	}
+}
+
+// A new sandbox runs the init containers again from the first, as upstream:
+// those of the old sandbox are removed so none passes for completed.
+func TestNewSandboxRerunsInitContainers(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("rerun", v1.RestartPolicyAlways, []string{"one", "two"}, "app")
+	m := r.manager()
+	for _, step := range []string{"one", "two"} {
+		if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+			t.Fatalf("sync to start %s: %v", step, err)
+		}
+		r.fake.ExitContainer(r.containerID(pod, step, runtimeapi.ContainerState_CONTAINER_RUNNING), 0, "")
+	}
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync to start the app: %v", err)
+	}
+	if err := r.client.StopPodSandbox(ctx, r.status(pod).Sandboxes[0].Id); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync after the sandbox died: %v", err)
+	}
+	if got := r.containers(pod, "one"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Errorf("first init container = %v, want only a new running instance", got)
+	}
+	if got := r.containers(pod, "two"); len(got) != 0 {
+		t.Errorf("second init container = %v, want none until the first completed again", got)
+	}
+}

@@ -34,7 +34,26 @@ type Bus struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
+}
+
+// syncBuffer is dbus-daemon's stderr: exec copies into it from its own goroutine while
+// Stderr reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // StartBus runs dbus-daemon listening on dir/bus. Anyone may own any name, so the fakes
@@ -43,7 +62,7 @@ func StartBus(dir string) (*Bus, error) {
 	if _, err := exec.LookPath("dbus-daemon"); err != nil {
 		return nil, fmt.Errorf("starting a private D-Bus: %w", ErrNoDaemon)
 	}
-	b := &Bus{conf: filepath.Join(dir, "bus.conf"), stderr: &bytes.Buffer{}}
+	b := &Bus{conf: filepath.Join(dir, "bus.conf"), stderr: &syncBuffer{}}
 	err := os.WriteFile(b.conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
@@ -134,11 +153,7 @@ func (b *Bus) Stop() error {
 func (b *Bus) Close() error { return b.Stop() }
 
 // Stderr is what dbus-daemon wrote so far, for failure output.
-func (b *Bus) Stderr() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.stderr.String()
-}
+func (b *Bus) Stderr() string { return b.stderr.String() }
 
 // Connect opens a plain client connection to the bus at addr (authenticated, Hello sent).
 func Connect(addr string) (*dbus.Conn, error) {

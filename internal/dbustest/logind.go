@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -50,7 +52,8 @@ func (i *Inhibit) ClosedAt() time.Time {
 	}
 }
 
-// HeldBy says whether process pid has the lock's fd open.
+// HeldBy says whether process pid has the lock's write end open (the lock itself; the
+// fake's read end, in this same process during tests, does not count).
 func (i *Inhibit) HeldBy(pid int) bool {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	entries, err := os.ReadDir(dir)
@@ -59,8 +62,23 @@ func (i *Inhibit) HeldBy(pid int) bool {
 	}
 	want := fmt.Sprintf("pipe:[%d]", i.Inode)
 	for _, e := range entries {
-		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == want {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == want && writeEnd(pid, e.Name()) {
 			return true
+		}
+	}
+	return false
+}
+
+// writeEnd reads the fd's open flags from /proc/<pid>/fdinfo: O_WRONLY means the write end.
+func writeEnd(pid int, fd string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&syscall.O_ACCMODE == syscall.O_WRONLY
 		}
 	}
 	return false
@@ -91,8 +109,10 @@ func (o logindObj) Inhibit(what, who, why, mode string) (dbus.UnixFD, *dbus.Erro
 	}
 	in := &Inhibit{What: what, Who: who, Why: why, Mode: mode, Inode: st.Ino, w: w, closed: make(chan struct{})}
 	go func() {
-		defer r.Close()
 		_, _ = io.Copy(io.Discard, r) // EOF once no write end is open anywhere
+		// Close the read end before announcing: a caller woken by Closed must not still
+		// find this pipe among the process's fds.
+		_ = r.Close()
 		in.closedAt = time.Now()
 		close(in.closed)
 	}()

@@ -332,7 +332,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	goRun(func() { health.run(ctx) })
 	goRun(func() { gpleg.Start(ctx) })
-	goRun(func() { statusMgr.Start(ctx) })
+	goRun(func() { statusMgr.Run(ctx) })
 	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
 	goRun(func() { nodeCtl.Run(ctx) })
 	goRun(func() { loop.Run(ctx) })

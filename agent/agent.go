@@ -344,7 +344,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 
 	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
-	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
+	apiPorts, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
@@ -352,8 +352,8 @@ func Run(ctx context.Context, opts *config.Options) error {
 	if err != nil {
 		return fmt.Errorf("setting up the kubelet API server: %w", err)
 	}
-	if serveAPI != nil {
-		goRun(serveAPI)
+	if apiPorts != nil {
+		goRun(func() { apiPorts.Serve(ctx) })
 	}
 
 	select {

@@ -34,7 +34,26 @@ type Bus struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
+}
+
+// lockedBuffer is the daemon's stderr: exec's copying goroutine writes it while a
+// failing test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // StartBus runs dbus-daemon listening on dir/bus. Anyone may own any name, so the fakes
@@ -43,7 +62,7 @@ func StartBus(dir string) (*Bus, error) {
 	if _, err := exec.LookPath("dbus-daemon"); err != nil {
 		return nil, fmt.Errorf("starting a private D-Bus: %w", ErrNoDaemon)
 	}
-	b := &Bus{conf: filepath.Join(dir, "bus.conf"), stderr: &bytes.Buffer{}}
+	b := &Bus{conf: filepath.Join(dir, "bus.conf"), stderr: &lockedBuffer{}}
 	err := os.WriteFile(b.conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>

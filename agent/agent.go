@@ -209,7 +209,8 @@ func Run(ctx context.Context, opts *config.Options) error {
 		kubeGetter = volumes.KubeGetterFromClientset(client)
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
-	envSrc := newEnvSources(ctx, client)
+	envSrc := newEnvSources(client)
+	goRun(func() { envSrc.Run(ctx) })
 
 	maxPulls := 1
 	if kc.SerializeImagePulls != nil && !*kc.SerializeImagePulls {

@@ -168,6 +168,26 @@ func testOptions(t *testing.T, endpoint string) *config.Options {
 // and the status manager, the probe workers and the services informer were never
 // joined.
 func TestBuildRunStop(t *testing.T) {
+	buildRunStop(t, nil, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+}
+
+// TestBuildRunStopWithAPIServer is TestBuildRunStop with a kubeconfig: the API pod
+// source, mirror pods, the status manager, the services informer, node status and
+// Lease all run against a fake API server, and the API client connections close last
+// but one.
+func TestBuildRunStopWithAPIServer(t *testing.T) {
+	api := newFakeAPIServer(t)
+	buildRunStop(t, func(opts *config.Options) {
+		opts.Kubeconfig = api.kubeconfig(t)
+		opts.Config.ContentType = "application/json"
+		opts.Config.RotateCertificates = false
+	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "API client connections", "container runtime client")
+	if api.requests() == 0 {
+		t.Error("nodelet made no request to the API server")
+	}
+}
+
+func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...string) {
 	bus := dbustest.Start(t, 30*time.Second)
 	t.Setenv(envSystemBus, bus.Addr())
 	t.Setenv(envLogindDropIn, bus.DropIn)
@@ -184,6 +204,9 @@ func TestBuildRunStop(t *testing.T) {
 		return nil, nil, 0
 	})
 	opts := testOptions(t, rt.Endpoint())
+	if configure != nil {
+		configure(opts)
+	}
 	defer leakcheck.Check(t)()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -224,6 +247,7 @@ func TestBuildRunStop(t *testing.T) {
 	}
 
 	got := j.all()
+	t.Logf("journal: %q", got)
 	stop := slices.Index(got, "stop")
 	lastReturn, firstClose := -1, len(got)
 	stage := 0
@@ -247,9 +271,7 @@ func TestBuildRunStop(t *testing.T) {
 	if lastReturn > firstClose {
 		t.Errorf("a closer ran before every component returned: %v", got)
 	}
-	for _, want := range []string{"kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client"} {
-		if !slices.Contains(closed, want) {
-			t.Errorf("closer %q did not run (ran: %v)", want, closed)
-		}
+	if !slices.Equal(closed, wantClosers) {
+		t.Errorf("closers ran as %v, want %v", closed, wantClosers)
 	}
 }

@@ -4,11 +4,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -47,19 +47,62 @@ const Version = "v1.37.2-nodelet"
 // maxWaitForContainerRuntime is how long start-up waits for the CRI socket.
 const maxWaitForContainerRuntime = 30 * time.Second
 
-// Run runs nodelet until ctx is done.
-func Run(ctx context.Context, opts *config.Options) error {
-	kc := opts.Config
-	clk := clock.RealClock{}
-	logger := klog.FromContext(ctx)
+// errStoppedEarly is build's answer when ctx ended before nodelet could be built
+// (during the TLS bootstrap): not a failure.
+var errStoppedEarly = errors.New("stopped before nodelet was built")
 
-	nodeName, err := config.NodeName(opts.HostnameOverride)
+// Run runs nodelet until ctx is done: build makes every part, fully wired, and run
+// runs them (see agent.run for the stop order).
+func Run(ctx context.Context, opts *config.Options) error {
+	a, err := build(ctx, opts)
+	if errors.Is(err, errStoppedEarly) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
+	a.run(ctx)
+	return nil
+}
+
+// build makes every part of nodelet from opts, each one complete when it is handed
+// to another: nothing is filled in later. The parts' goroutines start in run, except
+// those a library starts on construction and the part's closer stops (the logind
+// inhibitor's signal watcher, the event broadcaster, gRPC's). The kubelet API ports
+// are opened here, so a port in use fails the start. On an error the closers so far
+// run.
+//
+// Where two parts need each other, one of them gets something built before both:
+//   - node controller and sync loop ↔ eviction manager: the eviction manager's
+//     conditions reach node status and admission through a pressureState, built first
+//     and fed by the manager's WithConditionsChanged; the manager is built last.
+//   - node controller and sync loop ↔ graceful shutdown manager: whether a shutdown is
+//     under way reaches readiness and admission through a shutdownState, built first
+//     and fed by the manager's Run; the manager is built after the loop.
+//   - sync loop → status manager → sync loop (CanDeletePod) and sync loop → runtime
+//     manager → QoS cgroups → sync loop (ActivePods): the status manager and the QoS
+//     cgroups ask the loop over the channels of a loopQueries, built first and
+//     answered from the loop in the run phase.
+//   - prober → status manager (pod statuses) is no cycle any more: the status manager
+//     is built before the prober (it needed the loop before).
+func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
+	kc := opts.Config
+	clk := clock.RealClock{}
+	logger := klog.FromContext(ctx)
+	a := &agent{}
+	defer func() {
+		if err != nil {
+			a.close(ctx)
+		}
+	}()
+
+	nodeName, err := config.NodeName(opts.HostnameOverride)
+	if err != nil {
+		return nil, err
+	}
 	hostname, err := os.Hostname()
 	if err != nil {
-		return fmt.Errorf("reading the host name: %w", err)
+		return nil, fmt.Errorf("reading the host name: %w", err)
 	}
 	if opts.HostnameOverride != "" {
 		hostname = nodeName
@@ -71,19 +114,19 @@ func Run(ctx context.Context, opts *config.Options) error {
 
 	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
-		return fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
+		return nil, fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
 	}
 	cgroupMode, err := cgroups.DetectMode(cgroupfsRoot)
 	if err != nil {
-		return fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
+		return nil, fmt.Errorf("detecting the cgroup version under %s: %w", cgroupfsRoot, err)
 	}
 	if err := checkCgroupVersion(cgroupMode, ptr.Deref(kc.FailCgroupV1, false)); err != nil {
-		return err
+		return nil, err
 	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
 	for _, dir := range []string{opts.RootDir, podsDir(opts.RootDir), kc.PodLogsDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("creating directory %s: %w", dir, err)
+			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
 		}
 	}
 
@@ -91,12 +134,12 @@ func Run(ctx context.Context, opts *config.Options) error {
 	registerNodeGauges(reg, nodeName, cgroupMode)
 	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer rt.Close(context.Background())
+	a.addCloser("container runtime client", func() error { return rt.Close(context.Background()) })
 	ver, err := rt.Version(ctx, "v1")
 	if err != nil {
-		return fmt.Errorf("reading the container runtime version: %w", err)
+		return nil, fmt.Errorf("reading the container runtime version: %w", err)
 	}
 	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
 
@@ -104,40 +147,35 @@ func Run(ctx context.Context, opts *config.Options) error {
 	var client, heartbeat, authClient kubernetes.Interface
 	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
-		// TLS bootstrap (if needed) happens here; rotation starts below.
+		// TLS bootstrap (if needed) happens here; rotation runs in the run phase.
 		credential, err = newClientCredential(ctx, opts, nodeName, reg)
 		if err != nil {
 			if ctx.Err() != nil {
 				logger.Info("Stopped before a client certificate was issued; the bootstrap key is kept for the next start")
-				return nil
+				return nil, errStoppedEarly
 			}
-			return fmt.Errorf("setting up the API client credential: %w", err)
+			return nil, fmt.Errorf("setting up the API client credential: %w", err)
 		}
+		a.addCloser("API client connections", func() error { credential.CloseAllConns(); return nil })
 		client, heartbeat, err = newClientsForConfig(credential.RESTConfig(), kc)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		logger.Info("No kubeconfig given: running in standalone mode (static pods only)", "staticPodPath", kc.StaticPodPath)
 	}
 
 	recorder, stopEvents := newRecorder(client, nodeName)
-	defer stopEvents()
+	a.addCloser("event broadcaster", func() error { stopEvents(); return nil })
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	goRun := func(f func()) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f() }()
-	}
+	// Built before the parts that read them and the managers that feed them (see above).
+	pressure := &pressureState{}
+	shuttingDown := &shutdownState{}
+	queries := newLoopQueries()
 
-	evictGate := &evictionGate{}   // its manager is set once the loop and GC exist
-	var graceful *gracefulShutdown // set once the loop exists; nil means the feature is off
 	cache := pleg.NewCache(clk)
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
 	health := newRuntimeHealth(rt, clk)
@@ -158,11 +196,11 @@ func Run(ctx context.Context, opts *config.Options) error {
 		if err := gpleg.Healthy(); err != nil {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
 		}
-		return append(reasons, graceful.notReady()...)
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(evictGate.pressure),
+		return append(reasons, shuttingDown.notReady()...)
+	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
 		heartbeatReset(credential))
 	if err != nil {
-		return fmt.Errorf("setting up the node controller: %w", err)
+		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
 	nodeFacts := func() podruntime.NodeFacts {
 		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable()}
@@ -179,28 +217,25 @@ func Run(ctx context.Context, opts *config.Options) error {
 		return opts.NodeLabels
 	}
 
-	if credential != nil {
-		goRun(func() { credential.Run(ctx, recorder) })
-	}
 	// serving.GetCertificate is the certificate source for the kubelet API's
 	// HTTPS server (tls.Config.GetCertificate).
 	serving, err := newServingCertificate(ctx, opts, nodeName, hostname, client, nodeCtl.Node, reg)
 	if err != nil {
-		return fmt.Errorf("setting up the serving certificate: %w", err)
+		return nil, fmt.Errorf("setting up the serving certificate: %w", err)
 	}
-	goRun(func() { serving.Run(ctx, recorder) })
 
 	cg, err := setUpCgroups(ctx, kc, cgroupMode, rt, nodeCtl.Capacity(), int64(nodeCtl.MachineInfo().SwapCapacity), dialSystemd)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer cg.Close()
+	if cg.systemd != nil {
+		a.addCloser("systemd D-Bus connection", func() error { cg.Close(); return nil })
+	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
 	var qos *qosCgroups
-	var loop *syncloop.Loop
 	if cg.mgr != nil {
-		qos = &qosCgroups{mgr: cg.mgr, activePods: func() []*v1.Pod { return loop.ActivePods() }}
+		qos = &qosCgroups{mgr: cg.mgr, activePods: queries.activePods}
 		podCgroups, cgroupCleaner = qos, cg.mgr
 	}
 
@@ -209,7 +244,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		kubeGetter = volumes.KubeGetterFromClientset(client)
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
-	envSrc := newEnvSources(ctx, client)
+	envSrc := newEnvSources(client)
 
 	maxPulls := 1
 	if kc.SerializeImagePulls != nil && !*kc.SerializeImagePulls {
@@ -227,13 +262,29 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	pullPolicy, err := pullrecords.NewPolicy(kc.ImagePullCredentialsVerificationPolicy, kc.PreloadedImagesVerificationAllowlist)
 	if err != nil {
-		return fmt.Errorf("setting up image pull credential verification: %w", err)
+		return nil, fmt.Errorf("setting up image pull credential verification: %w", err)
 	}
 	pullRecords, err := pullrecords.Open(ctx, opts.RootDir, pullPolicy, rt, clk)
 	if err != nil {
-		return fmt.Errorf("setting up image pull credential verification: %w", err)
+		return nil, fmt.Errorf("setting up image pull credential verification: %w", err)
 	}
-	probes := newProbes(rt, recorder, clk)
+
+	var sources []string
+	if kc.StaticPodPath != "" {
+		sources = append(sources, podconfig.SourceFile)
+	}
+	if client != nil {
+		sources = append(sources, podconfig.SourceAPI)
+	}
+	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
+	if kc.StaticPodPath == "" && client == nil {
+		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
+	}
+
+	statusMgr := status.NewManager(client, pods, clk,
+		status.WithDeleteWhenReclaimed(queries.canDeletePod),
+		status.WithMetrics(reg))
+	probes := newProbes(rt, statusMgr, recorder, clk)
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
@@ -250,37 +301,7 @@ func Run(ctx context.Context, opts *config.Options) error {
 		PullRecords:           pullRecords,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
-	var sources []string
-	if kc.StaticPodPath != "" {
-		sources = append(sources, podconfig.SourceFile)
-	}
-	if client != nil {
-		sources = append(sources, podconfig.SourceAPI)
-	}
-	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
-	if kc.StaticPodPath != "" {
-		goRun(func() { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
-	}
-	if client != nil {
-		goRun(func() { pods.RunAPISource(ctx, client) })
-		goRun(func() {
-			pods.RunMirrorReconciler(ctx, client, func() types.UID {
-				if n := nodeCtl.Node(); n != nil {
-					return n.UID
-				}
-				return ""
-			}, 5*time.Second)
-		})
-	}
-	if kc.StaticPodPath == "" && client == nil {
-		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
-	}
-
-	statusMgr := status.NewManager(client, pods, clk,
-		status.WithDeleteWhenReclaimed(func(p *v1.Pod) bool { return loop != nil && loop.CanDeletePod(p) }),
-		status.WithMetrics(reg))
-	probes.status.set(statusMgr)
-	loop = syncloop.New(syncloop.Config{
+	loop := syncloop.New(syncloop.Config{
 		SyncFrequency: kc.SyncFrequency.Duration,
 		RootDir:       opts.RootDir,
 		PodLogsDir:    kc.PodLogsDir,
@@ -290,26 +311,16 @@ func Run(ctx context.Context, opts *config.Options) error {
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
-		Admitters:  []func(*v1.Pod) *syncloop.Rejection{func(p *v1.Pod) *syncloop.Rejection { return graceful.admit(p) }, evictGate.admit},
+		Admitters:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
 	})
-	if qos != nil {
-		goRun(func() { qos.run(ctx, clk) })
-	}
-	graceful, err = setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
+	a.synced = loop.Synced()
+
+	graceful, err := setUpShutdown(ctx, kc, opts.RootDir, loop, clk, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if graceful != nil {
-		defer graceful.inh.Close()
-		goRun(func() {
-			graceful.mgr.Run(ctx, graceful.inh, func(shuttingDown bool) {
-				logger.Info("Node shutdown state changed", "shuttingDown", shuttingDown)
-				if shuttingDown {
-					recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}, v1.EventTypeNormal, "NodeShutdown", "Shutdown manager detected shutdown event")
-				}
-				nodeCtl.TriggerStatusUpdate()
-			})
-		})
+		a.addCloser("logind D-Bus connection", graceful.inh.Close)
 	}
 
 	sandboxImage := opts.PodInfraContainerImage
@@ -318,44 +329,111 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	gcs, err := newGarbageCollectors(kc, opts.RootDir, sandboxImage, nodeName, rt, loop, recorder, clk, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	gcs.run(ctx, goRun)
 
 	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, rt, loop.ActivePods, clk)
-	if evictGate.mgr, err = newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg); err != nil {
-		return fmt.Errorf("setting up the eviction manager: %w", err)
+	evictions, err := newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
+		pressure.set(c)
+		nodeCtl.TriggerStatusUpdate()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the eviction manager: %w", err)
 	}
-	if evictGate.mgr != nil {
-		goRun(func() { evictGate.mgr.Run(ctx) })
-	}
-
-	goRun(func() { health.run(ctx) })
-	goRun(func() { gpleg.Start(ctx) })
-	goRun(func() { statusMgr.Start(ctx) })
-	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
-	goRun(func() { nodeCtl.Run(ctx) })
-	goRun(func() { loop.Run(ctx) })
 
 	healthz := newHealthzServer(kc, gpleg, loop, health)
 	if healthz != nil {
 		healthz.details = graceful.healthDetails
-		goRun(func() { healthz.serve(ctx) })
 	}
 
 	// The kubelet API (port 10250, readOnlyPort): a port in use fails the start, as upstream.
-	serveAPI, err := newAPIServer(ctx, kc, apiServerDeps{
+	apiPorts, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
 	})
 	if err != nil {
-		return fmt.Errorf("setting up the kubelet API server: %w", err)
+		return nil, fmt.Errorf("setting up the kubelet API server: %w", err)
 	}
-	if serveAPI != nil {
-		goRun(serveAPI)
+	if apiPorts != nil {
+		a.addCloser("kubelet API ports", apiPorts.Close)
 	}
 
+	// The run phase, in stop order (see agent.run).
+	var intake, workers, rest []component
+	add := func(to *[]component, name string, run func(context.Context)) {
+		*to = append(*to, component{name: name, run: run})
+	}
+	if apiPorts != nil {
+		add(&intake, "kubelet API server", apiPorts.Serve)
+	}
+	if healthz != nil {
+		add(&intake, "healthz server", healthz.serve)
+	}
+	if kc.StaticPodPath != "" {
+		add(&intake, "static pod files", func(ctx context.Context) { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
+	}
+	if client != nil {
+		add(&intake, "API pod source", func(ctx context.Context) { pods.RunAPISource(ctx, client) })
+		add(&intake, "mirror pods", func(ctx context.Context) {
+			pods.RunMirrorReconciler(ctx, client, func() types.UID {
+				if n := nodeCtl.Node(); n != nil {
+					return n.UID
+				}
+				return ""
+			}, 5*time.Second)
+		})
+	}
+	add(&intake, "systemd notifier", func(ctx context.Context) { notifySystemd(ctx, loop, gpleg) })
+	if evictions != nil {
+		add(&intake, "eviction manager", evictions.Run)
+	}
+	if graceful != nil {
+		add(&intake, "graceful node shutdown", func(ctx context.Context) {
+			graceful.mgr.Run(ctx, graceful.inh, func(on bool) {
+				shuttingDown.set(on)
+				logger.Info("Node shutdown state changed", "shuttingDown", on)
+				if on {
+					recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}, v1.EventTypeNormal, "NodeShutdown", "Shutdown manager detected shutdown event")
+				}
+				nodeCtl.TriggerStatusUpdate()
+			})
+		})
+	}
+
+	add(&workers, "sync loop", loop.Run)
+	add(&workers, "probe workers", probes.mgr.Run)
+	if qos != nil {
+		add(&workers, "QoS cgroups", func(ctx context.Context) { qos.run(ctx, clk) })
+	}
+
+	if credential != nil {
+		add(&rest, "client certificate", func(ctx context.Context) { credential.Run(ctx, recorder) })
+	}
+	add(&rest, "serving certificate", func(ctx context.Context) { serving.Run(ctx, recorder) })
+	add(&rest, "PLEG", gpleg.Start)
+	add(&rest, "runtime health", health.run)
+	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
+	add(&rest, "node controller", nodeCtl.Run)
+	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })
+	add(&rest, "image GC", func(ctx context.Context) { gcs.images.Run(ctx, imageGCPeriod) })
+	add(&rest, "services informer", envSrc.Run)
+	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
+
+	a.stages = []stage{
+		{name: "intake", components: intake},
+		{name: "sync loop and workers", components: workers},
+		{name: "status manager", components: []component{{name: "status manager", run: statusMgr.Run}}},
+		{name: "the rest", components: rest},
+	}
+	return a, nil
+}
+
+// notifySystemd tells systemd nodelet is ready once the pod sources synced (the
+// same condition as always), pings its watchdog while healthy, and says STOPPING
+// when ctx ends, which is the first thing a stop does.
+func notifySystemd(ctx context.Context, loop *syncloop.Loop, p healthChecker) {
+	logger := klog.FromContext(ctx)
 	select {
 	case <-loop.Synced():
 		sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
@@ -363,13 +441,12 @@ func Run(ctx context.Context, opts *config.Options) error {
 		if err != nil {
 			logger.Error(err, "Telling systemd nodelet is ready")
 		}
-		goRun(func() { watchdog(ctx, gpleg, loop) })
+		watchdog(ctx, p, loop)
 	case <-ctx.Done():
 	}
 	<-ctx.Done()
 	logger.Info("Stopping nodelet; running pods are left running")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	return nil
 }
 
 func podsDir(root string) string { return root + "/pods" }
@@ -502,7 +579,7 @@ func applyOOMScoreAdj(ctx context.Context, adj *int32) {
 
 // watchdog pings systemd while the loop and PLEG are healthy, so a wedged
 // nodelet is restarted when WatchdogSec is set.
-func watchdog(ctx context.Context, p interface{ Healthy() error }, loop *syncloop.Loop) {
+func watchdog(ctx context.Context, p healthChecker, loop *syncloop.Loop) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil || interval == 0 {
 		return

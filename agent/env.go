@@ -19,19 +19,32 @@ import (
 // informer because every container start needs them all.
 type envSources struct {
 	client   kubernetes.Interface
+	factory  informers.SharedInformerFactory
 	services corelisters.ServiceLister
 	synced   cache.InformerSynced
 }
 
-func newEnvSources(ctx context.Context, client kubernetes.Interface) *envSources {
+// newEnvSources builds the sources; the services informer runs in Run.
+func newEnvSources(client kubernetes.Interface) *envSources {
 	if client == nil {
 		return &envSources{}
 	}
 	f := informers.NewSharedInformerFactory(client, 0)
 	inf := f.Core().V1().Services()
-	s := &envSources{client: client, services: inf.Lister(), synced: inf.Informer().HasSynced}
-	f.Start(ctx.Done())
-	return s
+	return &envSources{client: client, factory: f, services: inf.Lister(), synced: inf.Informer().HasSynced}
+}
+
+// Run runs the services informer until ctx ends and returns once its goroutines
+// have. Services waits for the informer's first list, so a container start that
+// needs services before Run began waits for it.
+func (s *envSources) Run(ctx context.Context) {
+	if s.factory == nil {
+		<-ctx.Done()
+		return
+	}
+	s.factory.Start(ctx.Done())
+	<-ctx.Done()
+	s.factory.Shutdown()
 }
 
 func (s *envSources) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,10 +74,10 @@ func (p podEvicter) EvictPod(ctx context.Context, pod *v1.Pod, grace int64, st v
 }
 
 // newEvictionManager builds the eviction manager; nil when it has nothing to do (no
-// thresholds and localStorageCapacityIsolation off). Its conditions reach node status
-// through pressure().
+// thresholds and localStorageCapacityIsolation off). Its conditions go to changed.
 func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, st snapshotter, nodeCtl *node.Controller,
-	loop *syncloop.Loop, gcs *garbageCollectors, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*eviction.Manager, error) {
+	loop *syncloop.Loop, gcs *garbageCollectors, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer,
+	changed func([]v1.NodeConditionType)) (*eviction.Manager, error) {
 	cfg, err := evictionConfig(kc, nodeName)
 	if err != nil || cfg == nil {
 		return nil, err
@@ -84,7 +85,7 @@ func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName 
 	return eviction.NewManager(*cfg, clk, evictionStats{stats: st, allocatable: nodeCtl.Allocatable, pods: loop.ActivePods},
 		nodeReclaimer{gcs: gcs}, podEvicter{loop: loop}, loop.ActivePods, recorder,
 		eviction.WithRegisterer(reg),
-		eviction.WithConditionsChanged(func([]v1.NodeConditionType) { nodeCtl.TriggerStatusUpdate() }))
+		eviction.WithConditionsChanged(changed))
 }
 
 // evictionConfig is the eviction manager's configuration from kc; nil when there is
@@ -110,26 +111,37 @@ func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName stri
 	}, nil
 }
 
-// evictionGate answers the node controller and admission from the eviction manager,
-// which exists only after both were built.
-type evictionGate struct{ mgr *eviction.Manager }
+// pressureState is the node pressure conditions as the eviction manager last
+// reported them. Node status and admission read it; it exists before them and
+// before the eviction manager, which needs the node controller and the sync loop.
+type pressureState struct {
+	mu         sync.Mutex
+	conditions []v1.NodeConditionType
+}
 
-func (g *evictionGate) pressure() node.Pressure {
-	if g == nil || g.mgr == nil {
-		return node.Pressure{}
-	}
+func (p *pressureState) set(c []v1.NodeConditionType) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conditions = c
+}
+
+func (p *pressureState) get() []v1.NodeConditionType {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conditions
+}
+
+func (p *pressureState) pressure() node.Pressure {
+	c := p.get()
 	return node.Pressure{
-		Memory: g.mgr.HasCondition(v1.NodeMemoryPressure),
-		Disk:   g.mgr.HasCondition(v1.NodeDiskPressure),
-		PID:    g.mgr.HasCondition(v1.NodePIDPressure),
+		Memory: slices.Contains(c, v1.NodeMemoryPressure),
+		Disk:   slices.Contains(c, v1.NodeDiskPressure),
+		PID:    slices.Contains(c, v1.NodePIDPressure),
 	}
 }
 
-func (g *evictionGate) admit(pod *v1.Pod) *syncloop.Rejection {
-	if g == nil || g.mgr == nil {
-		return nil
-	}
-	if r := g.mgr.Admit(pod); !r.Admit {
+func (p *pressureState) admit(pod *v1.Pod) *syncloop.Rejection {
+	if r := eviction.Admit(pod, p.get()); !r.Admit {
 		return &syncloop.Rejection{Reason: r.Reason, Message: r.Message}
 	}
 	return nil

@@ -52,11 +52,6 @@ func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir
 	}, nil
 }
 
-func (g *garbageCollectors) run(ctx context.Context, goRun func(func())) {
-	goRun(func() { g.containers.Run(ctx, containerGCPeriod) })
-	goRun(func() { g.images.Run(ctx, imageGCPeriod) })
-}
-
 // runtimeSandboxImage asks the runtime which pause image it uses (containerd puts its
 // CRI config, with sandboxImage, in the verbose status). Runtimes older than CRI's
 // `pinned` flag (containerd 1.6) do not protect that image, and image GC removing it

@@ -122,15 +122,21 @@ func (s *healthzServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok"))
 }
 
+// serve serves /healthz until ctx ends. Its port in use is logged, not fatal, as
+// upstream.
 func (s *healthzServer) serve(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", s)
-	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	closed := make(chan struct{})
 	go func() {
+		defer close(closed)
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		klog.FromContext(ctx).Error(err, "Serving healthz", "address", s.addr)
 	}
+	<-closed
 }

@@ -39,10 +39,9 @@ type apiServerDeps struct {
 }
 
 // newAPIServer builds the kubelet API on port/readOnlyPort with the configured
-// authentication and authorization, opens its ports, and returns the function that
-// serves them until ctx ends (nil when both ports are 0). As upstream, webhook
+// authentication and authorization and opens its ports (nil when both are 0). As upstream, webhook
 // authentication or authorization without an API client is a start-up error.
-func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (func(), error) {
+func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (*server.Listeners, error) {
 	if kc.Port == 0 && kc.ReadOnlyPort == 0 {
 		return nil, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,21 +96,25 @@ func (g *gracefulShutdown) healthDetails() []string {
 	}
 }
 
-func (g *gracefulShutdown) admit(pod *v1.Pod) *syncloop.Rejection {
-	if g == nil {
-		return nil
-	}
-	if ok, reason, msg := g.mgr.Admit(pod); !ok {
-		return &syncloop.Rejection{Reason: reason, Message: msg}
+// shutdownState is whether a node shutdown is under way, as the shutdown manager's
+// Run reports it. Readiness and admission read it; it exists before them and before
+// the shutdown manager, which needs the sync loop. Without the feature it stays off.
+type shutdownState struct{ on atomic.Bool }
+
+func (s *shutdownState) set(on bool) { s.on.Store(on) }
+
+func (s *shutdownState) admit(*v1.Pod) *syncloop.Rejection {
+	if s.on.Load() {
+		return &syncloop.Rejection{Reason: shutdown.AdmitRejectReason, Message: shutdown.AdmitRejectMessage}
 	}
 	return nil
 }
 
-func (g *gracefulShutdown) notReady() []string {
-	if g == nil {
-		return nil
+func (s *shutdownState) notReady() []string {
+	if s.on.Load() {
+		return []string{shutdown.NodeNotReadyMessage}
 	}
-	return g.mgr.NotReadyReasons()
+	return nil
 }
 
 // PrintShutdownPlan implements `nodelet shutdown plan`: the groups, the pods in each,

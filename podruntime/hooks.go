@@ -85,6 +85,10 @@ func (m *Manager) runPreStop(ctx context.Context, pod *v1.Pod, spec *v1.Containe
 		cancel()
 	case <-ctx.Done():
 	}
+	// The hook runs through the runtime client (exec) or the network: it is over
+	// before the kill goes on, so nothing outlives the worker that started it.
+	cancel()
+	<-done
 	return int64(m.clock.Since(start).Seconds())
 }
 

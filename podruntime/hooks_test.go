@@ -298,3 +298,37 @@ func TestPostStartFailureKillsContainer(t *testing.T) {
 		t.Errorf("passing hook: err %v, stops %v", err, rt.stops)
 	}
 }
+
+// TestPreStopHookJoined: a preStop hook cut short (here by the kill's context ending)
+// has returned by the time KillPod has: it runs through the runtime client, which is
+// closed once nodelet's goroutines are joined. Before, it was left running.
+func TestPreStopHookJoined(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	pod := testPod(v1.RestartPolicyAlways, "app")
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	pod.Spec.Containers[0].Lifecycle = preStopExec()
+	started, finish, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	m, _ := hookManager(&recordingRuntime{}, fakeHooks{fn: func(ctx context.Context, _ string) (string, error) {
+		defer close(returned)
+		close(started)
+		<-ctx.Done()
+		<-finish // winding down takes a moment
+		return "", ctx.Err()
+	}}, clk)
+	st := &pleg.PodStatus{Containers: []*runtimeapi.ContainerStatus{ctr(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		_ = m.KillPod(ctx, pod, st, nil)
+	}()
+	<-started
+	cancel()
+	go close(finish)
+	<-killed
+	select {
+	case <-returned:
+	default:
+		t.Error("KillPod returned while its preStop hook was still running")
+	}
+}

@@ -51,6 +51,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	workers map[workerKey]*worker
+	// stopped is set when Run's context ended: no worker starts after it.
+	stopped bool
 	wg      sync.WaitGroup
 
 	liveness, readiness, startup *results
@@ -119,10 +121,15 @@ func probeOf(c *v1.Container, t ProbeType) *v1.Probe {
 }
 
 // AddPod starts a worker for every probe of pod that has none yet. Workers run
-// until RemovePod, until the pod or container is done for good, or until ctx ends.
+// until RemovePod, until the pod or container is done for good, until ctx ends, or
+// until the manager stops (Run); after that AddPod starts nothing.
 func (m *Manager) AddPod(ctx context.Context, pod *v1.Pod) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopped {
+		klog.FromContext(ctx).V(4).Info("Probe manager stopped: no probe workers started", "pod", klog.KObj(pod), "podUID", pod.UID)
+		return
+	}
 	for _, c := range probedContainers(pod) {
 		for _, t := range []ProbeType{Startup, Readiness, Liveness} {
 			p := probeOf(c, t)
@@ -133,30 +140,40 @@ func (m *Manager) AddPod(ctx context.Context, pod *v1.Pod) {
 			if _, ok := m.workers[k]; ok {
 				continue
 			}
-			w := newWorker(m, k, pod, c, p)
+			wctx, cancel := context.WithCancel(ctx)
+			w := newWorker(m, k, pod, c, p, cancel)
 			m.workers[k] = w
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				w.run(ctx)
+				defer close(w.done)
+				w.run(wctx)
 			}()
 		}
 	}
 }
 
-// RemovePod stops the pod's workers (they forget their results on the way out).
+// RemovePod stops the pod's workers (they forget their results on the way out)
+// and returns once they have: nothing probes the pod's containers after it.
 func (m *Manager) RemovePod(uid types.UID) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	var stopped []*worker
 	for k, w := range m.workers {
 		if k.uid == uid {
 			w.stop()
+			stopped = append(stopped, w)
 		}
+	}
+	// Unlocked: an exiting worker takes mu to unregister itself.
+	m.mu.Unlock()
+	for _, w := range stopped {
+		<-w.done
 	}
 }
 
 // StopLivenessAndStartup stops the pod's liveness and startup workers: a pod
 // being stopped is not restarted for failing them. Readiness keeps running.
+// It does not wait for them: RemovePod and Run do.
 func (m *Manager) StopLivenessAndStartup(uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -167,7 +184,22 @@ func (m *Manager) StopLivenessAndStartup(uid types.UID) {
 	}
 }
 
-// Wait blocks until every worker has returned (after ctx ended or RemovePod).
+// Run blocks until ctx ends, then stops every worker and returns once all of them
+// have returned. Workers added before Run are covered too; none starts after.
+func (m *Manager) Run(ctx context.Context) {
+	<-ctx.Done()
+	m.mu.Lock()
+	m.stopped = true
+	for _, w := range m.workers {
+		w.stop()
+	}
+	m.mu.Unlock()
+	// No wg.Add can follow: AddPod adds under mu only while !stopped.
+	m.wg.Wait()
+	klog.FromContext(ctx).V(2).Info("Probe workers stopped")
+}
+
+// Wait blocks until every worker has returned (after ctx ended, RemovePod or Run).
 func (m *Manager) Wait() { m.wg.Wait() }
 
 // workerCount is for tests.

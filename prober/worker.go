@@ -3,7 +3,6 @@ package prober
 import (
 	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,9 +19,11 @@ type worker struct {
 	results   *results
 	initial   Result
 
-	stopCh   chan struct{}
-	stopOnce sync.Once
-	manual   chan struct{}
+	// cancel ends the worker's context: its wait, a probe in flight, a result
+	// being reported. done is closed when its goroutine has returned.
+	cancel context.CancelFunc
+	done   chan struct{}
+	manual chan struct{}
 
 	// Owned by the worker goroutine.
 	containerID string
@@ -33,10 +34,10 @@ type worker struct {
 	onHold bool
 }
 
-func newWorker(m *Manager, k workerKey, pod *v1.Pod, c *v1.Container, p *v1.Probe) *worker {
+func newWorker(m *Manager, k workerKey, pod *v1.Pod, c *v1.Container, p *v1.Probe, cancel context.CancelFunc) *worker {
 	w := &worker{
 		m: m, key: k, pod: pod, container: c, spec: withDefaults(p), results: m.resultsFor(k.probe),
-		stopCh: make(chan struct{}), manual: make(chan struct{}, 1),
+		cancel: cancel, done: make(chan struct{}), manual: make(chan struct{}, 1),
 	}
 	switch k.probe {
 	case Readiness:
@@ -67,7 +68,7 @@ func withDefaults(p *v1.Probe) *v1.Probe {
 	return p
 }
 
-func (w *worker) stop() { w.stopOnce.Do(func() { close(w.stopCh) }) }
+func (w *worker) stop() { w.cancel() }
 
 func (w *worker) trigger() {
 	select {
@@ -81,6 +82,7 @@ func (w *worker) run(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	period := time.Duration(w.spec.PeriodSeconds) * time.Second
 	defer func() {
+		w.cancel()
 		if w.containerID != "" {
 			w.results.remove(w.containerID)
 		}
@@ -93,8 +95,6 @@ func (w *worker) run(ctx context.Context) {
 	if w.m.clock.Since(w.m.start) < period {
 		select {
 		case <-w.m.clock.After(time.Duration(rand.Float64() * float64(period))):
-		case <-w.stopCh:
-			return
 		case <-ctx.Done():
 			return
 		}
@@ -104,8 +104,6 @@ func (w *worker) run(ctx context.Context) {
 	for w.doProbe(ctx) {
 		select {
 		case <-ctx.Done():
-			return
-		case <-w.stopCh:
 			return
 		case <-ticker.C():
 		case <-w.manual:
@@ -223,6 +221,8 @@ func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
 	w.observe(res, w.m.clock.Since(start))
 	logger := klog.FromContext(ctx)
 	switch {
+	case ctx.Err() != nil:
+		return Unknown // stopped (RemovePod, Run): not the container's fault
 	case err != nil:
 		logger.V(1).Info("Probe errored", "err", err)
 		w.m.event(w.pod, "Unhealthy", "%s probe errored: %v", w.key.probe, err)

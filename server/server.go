@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,12 +124,33 @@ func (s *Server) ReadOnlyHandler() http.Handler {
 	return s.metrics.instrument(mux, "readonly")
 }
 
-// Listen opens the configured ports, so that a port in use is an error at start-up,
-// and returns the function that serves them until ctx ends.
-func (s *Server) Listen(ctx context.Context) (serve func(), err error) {
-	logger := klog.FromContext(ctx)
-	var servers []*http.Server
-	var serveFns []func()
+// Listeners are the kubelet API's open ports (made by Listen), served by Serve.
+type Listeners struct {
+	ports []port
+
+	// mu guards closed; a request handler counts itself in inFlight only while the
+	// ports are open, so Serve's final Wait never races an Add.
+	mu       sync.RWMutex
+	closed   bool
+	inFlight sync.WaitGroup
+}
+
+// port is one open port and its server.
+type port struct {
+	what, addr string
+	ln         net.Listener
+	srv        *http.Server
+	serve      func(*http.Server, net.Listener) error
+}
+
+// Listen opens the configured ports, so that a port in use is an error at start-up.
+// Nothing is served until Serve; Close releases the ports of a start that fails first.
+// Nil (and no error) when both ports are 0.
+func (s *Server) Listen(ctx context.Context) (*Listeners, error) {
+	if s.cfg.Port == 0 && s.cfg.ReadOnlyPort == 0 {
+		return nil, nil
+	}
+	l := &Listeners{}
 	if s.cfg.Port != 0 {
 		addr := net.JoinHostPort(s.cfg.Address, fmt.Sprint(s.cfg.Port))
 		ln, err := net.Listen("tcp", addr)
@@ -146,49 +168,81 @@ func (s *Server) Listen(ctx context.Context) (serve func(), err error) {
 		if tc.MinVersion == 0 {
 			tc.MinVersion = tls.VersionTLS12
 		}
-		srv := newHTTPServer(s.Handler())
+		srv := newHTTPServer(l.track(s.Handler()))
 		srv.TLSConfig = tc
-		servers = append(servers, srv)
-		serveFns = append(serveFns, func() {
-			logger.Info("Serving the kubelet API", "address", addr)
-			// ServeTLS (not Serve on a TLS listener) sets up HTTP/2 next to HTTP/1.1.
-			if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Serving the kubelet API", "address", addr)
-			}
-		})
+		// ServeTLS (not Serve on a TLS listener) sets up HTTP/2 next to HTTP/1.1.
+		l.ports = append(l.ports, port{what: "the kubelet API", addr: addr, ln: ln, srv: srv,
+			serve: func(srv *http.Server, ln net.Listener) error { return srv.ServeTLS(ln, "", "") }})
 	}
 	if s.cfg.ReadOnlyPort != 0 {
 		addr := net.JoinHostPort(s.cfg.Address, fmt.Sprint(s.cfg.ReadOnlyPort))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			for _, srv := range servers {
-				_ = srv.Close()
-			}
+			_ = l.Close()
 			return nil, fmt.Errorf("listening on the read-only port %s: %w", addr, err)
 		}
-		srv := newHTTPServer(s.ReadOnlyHandler())
-		servers = append(servers, srv)
-		serveFns = append(serveFns, func() {
-			logger.Info("Serving the read-only kubelet API", "address", addr)
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Serving the read-only kubelet API", "address", addr)
+		l.ports = append(l.ports, port{what: "the read-only kubelet API", addr: addr, ln: ln, srv: newHTTPServer(l.track(s.ReadOnlyHandler())),
+			serve: (*http.Server).Serve})
+	}
+	klog.FromContext(ctx).V(2).Info("Kubelet API ports open", "ports", len(l.ports))
+	return l, nil
+}
+
+// track counts h's requests in flight, and refuses those that arrive once the
+// ports are closing.
+func (l *Listeners) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.RLock()
+		if l.closed {
+			l.mu.RUnlock()
+			http.Error(w, "nodelet is stopping", http.StatusServiceUnavailable)
+			return
+		}
+		l.inFlight.Add(1)
+		l.mu.RUnlock()
+		defer l.inFlight.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves the ports until ctx ends, then closes them and returns once every
+// request handler has returned. Every request's context ends with ctx, so streams
+// (logs that follow, exec, attach, port-forward) end too: nothing uses the runtime
+// or the stats provider once Serve returned.
+func (l *Listeners) Serve(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	var wg sync.WaitGroup
+	for _, p := range l.ports {
+		p.srv.BaseContext = func(net.Listener) context.Context { return ctx }
+		wg.Go(func() {
+			logger.Info("Serving "+p.what, "address", p.addr)
+			if err := p.serve(p.srv, p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving "+p.what, "address", p.addr)
 			}
 		})
 	}
-	serve = func() {
-		done := make(chan struct{})
-		for _, fn := range serveFns {
-			go func() { fn(); done <- struct{}{} }()
-		}
-		<-ctx.Done()
-		for _, srv := range servers {
-			_ = srv.Close()
-		}
-		for range serveFns {
-			<-done
+	<-ctx.Done()
+	_ = l.Close()
+	wg.Wait()
+	// Hijacked connections (streams) are not the servers' any more: wait for their handlers.
+	l.inFlight.Wait()
+}
+
+// Close closes the ports (and the servers' connections) and refuses requests still
+// arriving. Serve calls it; call it for ports that will never be served.
+func (l *Listeners) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	var errs []error
+	for _, p := range l.ports {
+		errs = append(errs, p.srv.Close())
+		// A server that never served does not own its listener yet.
+		if err := p.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
 		}
 	}
-	return serve, nil
+	return errors.Join(errs...)
 }
 
 // newHTTPServer has upstream's limits: streams and follows may last hours.

@@ -613,7 +613,7 @@ func TestListenServesTLSAndClosesOnCancel(t *testing.T) {
 	s := New(Config{NodeName: "node-1", Address: "127.0.0.1", Port: int32(port), GetCertificate: getCert},
 		Deps{Authenticator: &UnionAuthenticator{}, Authorizer: AlwaysAllow{}, Clock: clocktesting.NewFakeClock(time.Now())})
 	ctx, cancel := context.WithCancel(context.Background())
-	serve, err := s.Listen(ctx)
+	ports, err := s.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,7 +622,7 @@ func TestListenServesTLSAndClosesOnCancel(t *testing.T) {
 		t.Error("a second Listen on the same port succeeded")
 	}
 	served := make(chan struct{})
-	go func() { serve(); close(served) }()
+	go func() { ports.Serve(ctx); close(served) }()
 	for _, h2 := range []bool{false, true} {
 		client := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS(), ForceAttemptHTTP2: h2}}
 		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
@@ -685,5 +685,54 @@ func TestConfigz(t *testing.T) {
 	}
 	if w := get(t, s.ReadOnlyHandler(), "/configz"); w.Code != 404 {
 		t.Errorf("/configz on the read-only port: %d", w.Code)
+	}
+}
+
+// blockingSummary answers only when the request's context ends, and says when it returned.
+type blockingSummary struct{ entered, returned chan struct{} }
+
+func (b blockingSummary) Summary(ctx context.Context) (*statsv1alpha1.Summary, error) {
+	close(b.entered)
+	<-ctx.Done()
+	close(b.returned)
+	return nil, ctx.Err()
+}
+
+// TestServeJoinsHandlers: Serve returns only once every request handler returned, and
+// a stop ends the requests in flight, so nothing the handlers use (runtime, stats) is
+// used after it. Before, serve returned after closing the ports while handlers ran on.
+func TestServeJoinsHandlers(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	sum := blockingSummary{entered: make(chan struct{}), returned: make(chan struct{})}
+	s := New(Config{NodeName: "node-1", Address: "127.0.0.1", ReadOnlyPort: int32(port)},
+		Deps{Summary: sum, Clock: clocktesting.NewFakeClock(time.Now())})
+	ctx, cancel := context.WithCancel(context.Background())
+	ports, err := s.Listen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { ports.Serve(ctx); close(served) }()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	go func() {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/stats/summary", port))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-sum.entered
+	cancel()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after cancel")
+	}
+	select {
+	case <-sum.returned:
+	default:
+		t.Error("Serve returned while a request handler was still running")
 	}
 }

@@ -72,6 +72,10 @@ type Manager struct {
 	mu           sync.Mutex
 	shuttingDown bool
 	running      bool
+
+	// kills are the goroutines of runGroup, which may outlive their group's grace
+	// (they end with ProcessShutdown's context); Run waits for them.
+	kills sync.WaitGroup
 }
 
 // NewManager builds a Manager and, when a previous shutdown left a state file, sets the
@@ -189,7 +193,9 @@ func (m *Manager) runGroup(ctx context.Context, g PlannedGroup) {
 	var wg sync.WaitGroup
 	for _, p := range g.Pods {
 		wg.Add(1)
+		m.kills.Add(1)
 		go func() {
+			defer m.kills.Done()
 			defer wg.Done()
 			if err := m.killer.KillPod(ctx, p.Pod, p.Grace, m.setPodStatus); err != nil {
 				klog.ErrorS(err, "Node shutdown: failed to stop pod", "pod", klog.KObj(p.Pod), "gracePeriod", p.Grace)
@@ -199,7 +205,9 @@ func (m *Manager) runGroup(ctx context.Context, g PlannedGroup) {
 		}()
 	}
 	done := make(chan struct{})
+	m.kills.Add(1)
 	go func() {
+		defer m.kills.Done()
 		wg.Wait()
 		close(done)
 	}()

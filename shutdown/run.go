@@ -31,7 +31,8 @@ func (m *Manager) beginShutdown() {
 // the node shutting down, calls onChange(true) (to push node status at once), stops the pods
 // and then releases the lock so logind may go on. On a cancelled shutdown it stops what is
 // left of the pod killing, marks the node back, calls onChange(false) and takes the lock
-// again. onChange may be nil.
+// again. onChange may be nil. It returns once every pod kill it started has returned
+// (kills past their group's grace end with the shutdown run they belong to).
 func (m *Manager) Run(ctx context.Context, lock Lock, onChange func(shuttingDown bool)) {
 	notify := func(v bool) {
 		if onChange != nil {
@@ -54,6 +55,8 @@ func (m *Manager) Run(ctx context.Context, lock Lock, onChange func(shuttingDown
 			cur = nil
 		}
 	}
+	// After stopRunning (deferred later, run earlier): no ProcessShutdown adds kills then.
+	defer m.kills.Wait()
 	defer stopRunning()
 	for {
 		var finished chan struct{}

@@ -133,3 +133,56 @@ func TestRunCancelDuringShutdownStopsKilling(t *testing.T) {
 	cancel()
 	<-runDone
 }
+
+// lingeringKiller's KillPod takes a while to return once its context ended (as a
+// kill finishing its last CRI call would).
+type lingeringKiller struct {
+	started, cancelled, finish, returned chan struct{}
+}
+
+func (l *lingeringKiller) KillPod(ctx context.Context, _ *v1.Pod, _ time.Duration, _ func(*v1.PodStatus)) error {
+	defer close(l.returned)
+	close(l.started)
+	<-ctx.Done()
+	close(l.cancelled)
+	<-l.finish
+	return ctx.Err()
+}
+
+// TestRunJoinsKillsPastTheirGrace: a pod kill still running when its group's grace is
+// up goes on in the background, but Run returns only once it has returned: nothing
+// kills pods through the sync loop after the shutdown manager stopped. Before, those
+// kills were never joined.
+func TestRunJoinsKillsPastTheirGrace(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	k := &lingeringKiller{started: make(chan struct{}), cancelled: make(chan struct{}), finish: make(chan struct{}), returned: make(chan struct{})}
+	pods := []*v1.Pod{testPod("ns", "slow", nil, nil)}
+	m, err := NewManager(Options{Groups: []Group{{0, 10 * time.Second}}, Killer: k, Lister: func() []*v1.Pod { return pods }, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := newRecLock()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		m.Run(ctx, lock, nil)
+	}()
+	nextOp(t, lock.ops) // acquire
+	lock.events <- true
+	<-k.started
+	waitFor(t, "the group's timer", clk.HasWaiters)
+	clk.Step(10 * time.Second) // the grace is up; the kill goes on
+	if op := nextOp(t, lock.ops); op != "release" {
+		t.Fatalf("lock op = %s, want release once the grace is up", op)
+	}
+	<-k.cancelled // the shutdown run ended; the kill is finishing
+	cancel()
+	go close(k.finish)
+	<-runDone
+	select {
+	case <-k.returned:
+	default:
+		t.Error("Run returned while a pod kill was still running")
+	}
+}

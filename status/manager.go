@@ -192,29 +192,48 @@ func (m *Manager) RemoveOrphanedStatuses(keep map[types.UID]bool) {
 	}
 }
 
-// Start syncs until ctx is done: changed statuses at once (changes that arrive during a
+// FinalFlushTimeout bounds the last sync Run makes once its context ended: nodelet's
+// stop must not wait long on an API server that does not answer.
+const FinalFlushTimeout = 5 * time.Second
+
+// Run syncs until ctx is done: changed statuses at once (changes that arrive during a
 // sync are coalesced into the next one), and every pod that may need it every
-// BatchPeriod. With no client it returns at once. It does not block.
-func (m *Manager) Start(ctx context.Context) {
+// BatchPeriod. Once ctx ends it makes one last attempt, bounded by FinalFlushTimeout,
+// to write the changes not synced yet (the sync loop stops first, so its last
+// statuses are in), and returns when that is done. With no client it only waits for
+// ctx.
+func (m *Manager) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
 	if m.client == nil {
-		klog.InfoS("No API server client: pod statuses are kept locally only")
+		logger.Info("No API server client: pod statuses are kept locally only")
+		<-ctx.Done()
 		return
 	}
-	go func() {
-		t := m.clk.NewTimer(BatchPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.syncCh:
-				m.syncBatch(ctx, false)
-			case <-t.C():
-				m.syncBatch(ctx, true)
-				t.Reset(BatchPeriod)
-			}
+	t := m.clk.NewTimer(BatchPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.finalFlush(ctx)
+			return
+		case <-m.syncCh:
+			m.syncBatch(ctx, false)
+		case <-t.C():
+			m.syncBatch(ctx, true)
+			t.Reset(BatchPeriod)
 		}
-	}()
+	}
+}
+
+// finalFlush writes the unsynced changes (and due deletions) once more, with ctx's
+// values but not its cancellation, for at most FinalFlushTimeout.
+func (m *Manager) finalFlush(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinalFlushTimeout)
+	defer cancel()
+	m.syncBatch(fctx, false)
+	if fctx.Err() != nil {
+		klog.FromContext(ctx).Info("Stopping: the last pod status sync ran out of time; the next start writes what is left", "timeout", FinalFlushTimeout)
+	}
 }
 
 // syncBatch syncs every entry with an unsynced change or a pending deletion; with all,

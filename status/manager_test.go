@@ -252,7 +252,9 @@ func TestLocalStatusRules(t *testing.T) {
 	if _, ok := m.GetPodStatus("u1"); ok {
 		t.Error("orphaned status kept")
 	}
-	m.Start(context.Background()) // returns at once without a client
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	m.Run(stopped) // without a client it only waits for ctx
 }
 
 func findCond(s v1.PodStatus, t v1.PodConditionType) v1.PodCondition {
@@ -444,15 +446,16 @@ func TestConflictRefetches(t *testing.T) {
 	}
 }
 
-func TestStartSyncsAndMeasures(t *testing.T) {
+func TestRunSyncsAndMeasures(t *testing.T) {
 	pod := testPod("p", "u1")
 	client := fake.NewClientset(pod)
 	clk := clocktesting.NewFakeClock(t0)
 	reg := prometheus.NewRegistry()
 	m := NewManager(client, nil, clk, WithMetrics(reg))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m.Start(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
 
 	m.SetPodStatus(pod, running(t0))
 	waitFor(t, func() bool { return apiStatusQuiet(client, "p").Phase == v1.PodRunning })

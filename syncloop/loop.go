@@ -237,12 +237,7 @@ func (l *Loop) Run(ctx context.Context) {
 			if e.Type == pleg.ContainerRemoved {
 				continue
 			}
-			l.mu.Lock()
-			w := l.workers[e.PodUID]
-			l.mu.Unlock()
-			if w != nil {
-				w.wakeSync()
-			}
+			l.wakePod(e.PodUID)
 		case u := <-liveness:
 			if u.Result == prober.Failure {
 				l.wakePod(u.PodUID)
@@ -252,14 +247,7 @@ func (l *Loop) Run(ctx context.Context) {
 		case u := <-startup:
 			l.wakePod(u.PodUID)
 		case <-resync.C():
-			now := l.deps.Clock.Now()
-			l.mu.Lock()
-			for _, w := range l.workers {
-				if w.due(now) {
-					w.wakeSync()
-				}
-			}
-			l.mu.Unlock()
+			l.resync()
 		case <-housekeeping.C():
 			if !l.deps.Sources.SourcesReady() {
 				continue
@@ -277,13 +265,29 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 }
 
-// wakePod asks the pod's worker for a sync now.
+// wakePod asks the pod's worker for a pass now.
 func (l *Loop) wakePod(uid types.UID) {
 	l.mu.Lock()
 	w := l.workers[uid]
 	l.mu.Unlock()
 	if w != nil {
-		w.wakeSync()
+		l.evaluate(w, event{woken: true})
+	}
+}
+
+// resync passes every worker whose requeue time came through step.
+func (l *Loop) resync() {
+	now := l.deps.Clock.Now()
+	l.mu.Lock()
+	var due []*worker
+	for _, w := range l.workers {
+		if !w.wakeAt.IsZero() && !now.Before(w.wakeAt) {
+			due = append(due, w)
+		}
+	}
+	l.mu.Unlock()
+	for _, w := range due {
+		l.evaluate(w, event{})
 	}
 }
 
@@ -301,9 +305,12 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 		} else {
 			l.pods[pod.UID] = pod
 		}
+		if w != nil {
+			w.u = update{pod: pod, removed: u.Op == podconfig.OpRemove}.merged(w.u)
+		}
 		l.mu.Unlock()
 		if w != nil {
-			w.update(&update{pod: pod, removed: u.Op == podconfig.OpRemove})
+			l.evaluate(w, event{woken: true})
 			continue
 		}
 		if u.Op == podconfig.OpRemove {
@@ -313,9 +320,9 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 	}
 }
 
-// addPod admits a new pod and starts its worker.
+// addPod admits a new pod and gives it a worker.
 func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
-	w := newWorker(pod.UID, l.started)
+	rejected := false
 	if !podstatus.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
 		if rej := l.admit(pod); rej != nil {
 			klog.FromContext(ctx).Info("Pod rejected at admission", "pod", klog.KObj(pod), "reason", rej.Reason, "message", rej.Message)
@@ -325,31 +332,17 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 			st.Reason = rej.Reason
 			st.Message = "Pod was rejected: " + rej.Message
 			l.deps.Status.SetPodStatus(pod, st)
-			w.state = stateFinished
-			w.reclaimed = true
+			rejected = true
 		}
 	}
-	l.startWorker(ctx, w)
-	w.update(&update{pod: pod})
-}
-
-// startWorker registers w and starts its goroutine.
-func (l *Loop) startWorker(ctx context.Context, w *worker) {
-	l.mu.Lock()
-	l.workers[w.uid] = w
-	l.mu.Unlock()
-	l.workersWG.Add(1)
-	go func() {
-		defer l.workersWG.Done()
-		l.runWorker(ctx, w)
-	}()
+	l.evaluate(newWorker(ctx, update{pod: pod}, l.started), event{create: true, woken: true, rejected: rejected})
 }
 
 func (l *Loop) admit(pod *v1.Pod) *Rejection {
 	l.mu.Lock()
 	var active []*v1.Pod
 	for uid, w := range l.workers {
-		if p := l.pods[uid]; p != nil && w.active() {
+		if p := l.pods[uid]; p != nil && w.rec.State == stateSync {
 			active = append(active, p)
 		}
 	}
@@ -375,7 +368,7 @@ func (l *Loop) PodDeleted(uid string) bool {
 		return false
 	}
 	w := l.workers[types.UID(uid)]
-	return w == nil || (w.finished() && w.isReclaimed())
+	return w == nil || (w.rec.State == stateFinished && w.rec.Reclaimed)
 }
 
 // Pods returns every pod the node knows from its sources, running, terminating or
@@ -396,7 +389,7 @@ func (l *Loop) ActivePods() []*v1.Pod {
 	defer l.mu.Unlock()
 	var out []*v1.Pod
 	for uid, w := range l.workers {
-		if p := l.pods[uid]; p != nil && w.active() {
+		if p := l.pods[uid]; p != nil && w.rec.State == stateSync {
 			out = append(out, p)
 		}
 	}
@@ -405,23 +398,37 @@ func (l *Loop) ActivePods() []*v1.Pod {
 
 // KillPod stops a pod for a node-level reason (shutdown, eviction) with the given
 // grace period, lets status adjust its final status, and returns once the pod's
-// containers are stopped or ctx is done. The pod stays known (it is not deleted).
+// containers are stopped, ctx is done, or max(1.5 × grace, 10s) passed (as
+// upstream bounds it: an eviction must not wait for ever on a stuck pod). The pod
+// stays known (it is not deleted).
 func (l *Loop) KillPod(ctx context.Context, pod *v1.Pod, grace time.Duration, status func(*v1.PodStatus)) error {
+	secs := int64(grace.Round(time.Second) / time.Second)
 	l.mu.Lock()
 	w := l.workers[pod.UID]
-	current := l.pods[pod.UID]
+	if w != nil {
+		current := l.pods[pod.UID]
+		if current == nil {
+			current = w.u.pod
+		}
+		w.u = update{pod: current, grace: &secs, statusFn: status}.merged(w.u)
+	}
 	l.mu.Unlock()
 	if w == nil {
 		return nil
 	}
-	if current == nil {
-		current = pod
-	}
-	secs := int64(grace.Round(time.Second) / time.Second)
-	w.update(&update{pod: current, grace: &secs, statusFn: status})
+	// Cancels a sync in flight at once, whatever the loop goroutine is doing.
+	l.evaluate(w, event{woken: true})
+	bound := killTimeout(secs)
+	timer := l.deps.Clock.NewTimer(bound)
+	defer timer.Stop()
 	select {
 	case <-w.stopped:
 		return nil
+	case <-timer.C():
+		err := fmt.Errorf("timeout waiting to kill pod %s/%s: still running %s after a kill with grace period %ds", pod.Namespace, pod.Name, bound, secs)
+		klog.FromContext(ctx).Error(err, "Pod did not stop in time", "pod", klog.KObj(pod), "podUID", pod.UID)
+		l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "ExceededGracePeriod", "Container runtime did not kill the pod within specified grace period.")
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for pod %s/%s to stop: %w", pod.Namespace, pod.Name, ctx.Err())
 	}
@@ -432,6 +439,7 @@ func (l *Loop) KillPod(ctx context.Context, pod *v1.Pod, grace time.Duration, st
 func (l *Loop) CanDeletePod(pod *v1.Pod) bool {
 	l.mu.Lock()
 	w := l.workers[pod.UID]
+	reclaimed := w != nil && w.rec.Reclaimed
 	l.mu.Unlock()
 	if w == nil {
 		for _, p := range l.deps.PLEG.Pods() {
@@ -441,28 +449,38 @@ func (l *Loop) CanDeletePod(pod *v1.Pod) bool {
 		}
 		return true
 	}
-	return w.isReclaimed()
+	return reclaimed
 }
 
-// housekeeping kills pods nobody wants any more (deleted while nodelet was down),
-// forgets finished workers and orphaned statuses, and removes orphaned pod dirs.
+// housekeeping passes every worker through step (finished workers of pods nobody
+// wants go), kills pods the runtime runs that nobody wants (deleted while
+// nodelet was down), forgets orphaned statuses, and removes orphaned pod dirs
+// and cgroups.
 func (l *Loop) housekeeping(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	inRuntime := map[types.UID]bool{}
+	l.mu.Lock()
+	workers := make([]*worker, 0, len(l.workers))
+	for _, w := range l.workers {
+		workers = append(workers, w)
+	}
+	l.mu.Unlock()
+	for _, w := range workers {
+		l.evaluate(w, event{})
+	}
 	for _, p := range l.deps.PLEG.Pods() {
-		if hasAnything(p) {
-			inRuntime[p.UID] = true
+		l.mu.Lock()
+		_, known := l.workers[p.UID]
+		l.mu.Unlock()
+		if known || !hasAnything(p) {
+			continue
+		}
+		// Only a UID without a worker is an orphan; step decides on what the cache says now.
+		grace := orphanGrace(p)
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID}}
+		if _, ok := l.evaluate(newWorker(ctx, update{pod: pod, removed: true, grace: &grace}, l.started), event{create: true}); ok {
+			klog.FromContext(ctx).Info("Killing pod that is no longer wanted on this node", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
 		}
 	}
 	l.mu.Lock()
-	for uid, w := range l.workers {
-		// A finished worker stays until the runtime stops listing the pod, so a
-		// relist that lags behind the removal does not look like an orphan.
-		if _, wanted := l.pods[uid]; !wanted && w.finished() && (!inRuntime[uid] || !w.isReclaimed()) {
-			w.stop()
-			delete(l.workers, uid)
-		}
-	}
 	keep := map[types.UID]bool{}
 	for uid := range l.pods {
 		keep[uid] = true
@@ -470,23 +488,8 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	for uid := range l.workers {
 		keep[uid] = true
 	}
-	var orphans []*pleg.PodStatus
-	for _, p := range l.deps.PLEG.Pods() {
-		if _, ok := l.workers[p.UID]; !ok && inRuntime[p.UID] {
-			orphans = append(orphans, p)
-		}
-	}
 	l.mu.Unlock()
 	l.deps.Status.RemoveOrphanedStatuses(keep)
-
-	for _, p := range orphans {
-		logger.Info("Killing pod that is no longer wanted on this node", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
-		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID}}
-		grace := orphanGrace(p)
-		w := newWorker(p.UID, l.started)
-		l.startWorker(ctx, w)
-		w.update(&update{pod: pod, removed: true, grace: &grace})
-	}
 	l.cleanupOrphanedPodDirs(ctx, keep)
 	l.cleanupPodCgroups(ctx)
 	l.deps.Runtime.GCBackoff()
@@ -527,8 +530,9 @@ func (l *Loop) cleanupPodCgroups(ctx context.Context) {
 	for uid, name := range list {
 		l.mu.Lock()
 		w := l.workers[uid]
+		active := w != nil && w.rec.State == stateSync
 		l.mu.Unlock()
-		if running[uid] || (w != nil && w.active()) {
+		if running[uid] || active {
 			continue
 		}
 		if err := l.deps.PodCgroups.RemoveCgroup(ctx, name); err != nil {

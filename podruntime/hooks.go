@@ -98,9 +98,15 @@ func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container
 	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || m.cfg.Hooks == nil {
 		return nil
 	}
+	// No timeout of its own, as upstream: the hook runs until it ends or the
+	// sync is cancelled (the pod is stopping).
 	msg, err := m.cfg.Hooks.RunHook(ctx, m.clock, pod, prober.Target{PodIP: podIP, Container: c, ContainerID: id}, c.Lifecycle.PostStart)
 	if err == nil {
 		return nil
+	}
+	if ctx.Err() != nil {
+		// Cut short, not failed: the pod's kill stops the container, with its grace period.
+		return fmt.Errorf("postStart hook of container %s cut short: %w", c.Name, context.Cause(ctx))
 	}
 	m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "%s", msg)
 	st := &runtimeapi.ContainerStatus{

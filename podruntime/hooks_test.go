@@ -332,3 +332,30 @@ func TestPreStopHookJoined(t *testing.T) {
 		t.Error("KillPod returned while its preStop hook was still running")
 	}
 }
+
+// TestPostStartCutShortByCancellation: a postStart hook that never returns ends
+// when the sync's context is cancelled (the pod is being deleted); that is no
+// hook failure and no kill of its own: the pod's kill follows.
+func TestPostStartCutShortByCancellation(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	pod := testPod(v1.RestartPolicyAlways, "app")
+	c := &pod.Spec.Containers[0]
+	c.Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "3600"}}}}
+	rt := &recordingRuntime{}
+	ctx, cancel := context.WithCancel(context.Background())
+	m, rec := hookManager(rt, fakeHooks{fn: func(ctx context.Context, _ string) (string, error) {
+		cancel() // the delete arrives while the hook hangs
+		<-ctx.Done()
+		return "Exec lifecycle hook ([sleep 3600]) failed", ctx.Err()
+	}}, clk)
+	err := m.runPostStart(ctx, pod, c, "app-id", "10.0.0.1")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("runPostStart = %v, want context.Canceled", err)
+	}
+	if len(rt.stops) != 0 {
+		t.Errorf("stops = %v, want none (the pod's kill stops it)", rt.stops)
+	}
+	if events := drain(rec); len(events) != 0 {
+		t.Errorf("events = %q, want none", events)
+	}
+}

@@ -463,6 +463,11 @@ func TestTimeouts(t *testing.T) {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 3*time.Second)
 				return err
 			}, codes.OK},
+		{"ExecSync without a timeout has no deadline (lifecycle hooks)", "ExecSync", time.Second,
+			func(c *Client, _, ctr string) error {
+				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 0)
+				return err
+			}, codes.OK},
 		{"ExecSync over its own timeout fails", "ExecSync", 2 * time.Second,
 			func(c *Client, _, ctr string) error {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 100*time.Millisecond)
@@ -509,6 +514,38 @@ func TestPullImageCancel(t *testing.T) {
 	_, err := c.PullImage(ctx, &runtimeapi.ImageSpec{Image: "a/b:c"}, nil, nil)
 	if status.Code(err) != codes.Canceled {
 		t.Errorf("PullImage after cancel: %v, want Canceled", err)
+	}
+}
+
+// TestExecSyncCancel: an exec without a timeout of its own (a postStart hook)
+// ends when its context is cancelled, which is how a pod being deleted stops it.
+func TestExecSyncCancel(t *testing.T) {
+	f := NewFakeRuntime(t)
+	f.AddImage(testImage)
+	c := newTestClient(t, f, time.Minute)
+	bg := context.Background()
+	sbCfg := sandboxConfig("p", "u", false)
+	sb, err := c.RunPodSandbox(bg, sbCfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := c.CreateContainer(bg, sb, containerConfig("c", "u"), sbCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartContainer(bg, ctr); err != nil {
+		t.Fatal(err)
+	}
+	f.SetDelay("ExecSync", 10*time.Second)
+	ctx, cancel := context.WithCancel(bg)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, _, err = c.ExecSync(ctx, ctr, []string{"sleep", "3600"}, 0)
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("ExecSync after cancel: %v, want Canceled", err)
+	}
+	if d := time.Since(start); d >= 10*time.Second {
+		t.Errorf("ExecSync took %v: the cancellation did not end it", d)
 	}
 }
 

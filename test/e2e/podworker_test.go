@@ -1,0 +1,183 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/test/e2e/framework"
+)
+
+// podGoneFromNode polls until the pod is gone from the API server and the
+// runtime holds no container or sandbox of uid.
+func podGoneFromNode(ctx context.Context, f *framework.Framework, ns, name, uid string, timeout time.Duration) error {
+	return framework.WaitFor(ctx, timeout, "pod "+ns+"/"+name+" gone from the API and the runtime", func(ctx context.Context) (bool, error) {
+		_, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil || !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		ctrs, err := f.CRI.PodContainers(ctx, uid)
+		if err != nil {
+			return false, err
+		}
+		sbs, err := f.CRI.PodSandboxesOf(ctx, uid)
+		if err != nil {
+			return false, err
+		}
+		return len(ctrs) == 0 && len(sbs) == 0, nil
+	})
+}
+
+// TestPodWorkerDeleteCancelsHungPostStart (issue 14, item 2): a pod whose postStart
+// exec hook never returns is deleted with grace 1s; the hung sync is cancelled and
+// the pod is gone from the API server and from containerd within the grace
+// period plus a few seconds. Before, the worker waited for the hook for ever.
+func TestPodWorkerDeleteCancelsHungPostStart(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	ns := f.NewNamespace()
+	startNode(t, f, framework.NodeletOptions{})
+	p := f.BusyboxPod(ns, "hung-poststart", "sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait")
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{
+		PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "3600"}}},
+	}
+	pod := f.CreatePod(ctx, p)
+	uid := string(pod.UID)
+	// The container runs and the postStart hook hangs inside the sync.
+	err := framework.WaitFor(ctx, 2*time.Minute, "the container to run", func(ctx context.Context) (bool, error) {
+		list, err := f.CRI.PodContainers(ctx, uid)
+		if err != nil {
+			return false, err
+		}
+		return len(list) == 1 && list[0].State == runtimeapi.ContainerState_CONTAINER_RUNNING, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	f.DeletePod(ctx, ns, pod.Name, ptr.To[int64](1))
+	// Grace 1s (nodelet, as upstream, gives a container at least 2s) plus a few
+	// seconds for the relist, the status manager and the API.
+	const bound = 12 * time.Second
+	if err := podGoneFromNode(ctx, f, ns, pod.Name, uid, bound); err != nil {
+		list, _ := f.CRI.PodContainers(ctx, uid)
+		t.Fatalf("%v; containers: %v", err, list)
+	}
+	t.Logf("pod with a hung postStart hook gone from the API and containerd %.1fs after a delete with grace 1s", time.Since(start).Seconds())
+}
+
+// TestPodWorkerStaticPodRemovedOnce (issue 14, item 1): removing a static pod's
+// manifest while its container is slow to stop (it traps TERM and takes 3s)
+// stops and removes the pod through its one worker: containerd sees exactly one
+// RemoveContainer per container, and nodelet never starts an "orphan" worker
+// for the same UID.
+func TestPodWorkerStaticPodRemovedOnce(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	static := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow-stop", Namespace: "default"},
+		Spec: v1.PodSpec{
+			HostNetwork:                   true,
+			TerminationGracePeriodSeconds: ptr.To[int64](10),
+			Containers: []v1.Container{{
+				Name: "slow", Image: f.Env.BusyboxImage, ImagePullPolicy: v1.PullNever,
+				Command: []string{"sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"},
+			}},
+		},
+	}
+	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}})
+	name := "slow-stop-" + f.Env.NodeName
+	f.WaitForPod(ctx, "default", name, 2*time.Minute, "a Running mirror pod", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)
+	})
+	byName := map[string]string{framework.LabelPodName: name, framework.LabelPodNamespace: "default"}
+	ctrs, err := f.CRI.Containers(ctx, byName)
+	if err != nil || len(ctrs) != 1 {
+		t.Fatalf("containers of %s: %v (err %v), want 1", name, ctrs, err)
+	}
+	uid := ctrs[0].Labels[framework.LabelPodUID]
+	ids := []string{ctrs[0].Id}
+
+	logPath := containerdLog(f)
+	from := fileSize(t, logPath)
+	start := time.Now()
+	n.RemoveStaticPod(static.Name)
+	if err := podGoneFromNode(ctx, f, "default", name, uid, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("static pod gone %.1fs after its manifest was removed", time.Since(start).Seconds())
+	// An observation window, not a synchronisation: three housekeeping periods
+	// in which a second worker would call RemoveContainer again.
+	time.Sleep(6 * time.Second)
+
+	calls := removeContainerCalls(t, logPath, from, ids)
+	for _, id := range ids {
+		if calls[id] != 1 {
+			t.Errorf("containerd saw %d RemoveContainer calls for container %s, want exactly 1", calls[id], id)
+		}
+	}
+	orphans := 0
+	for _, line := range strings.Split(n.Logs(), "\n") {
+		if strings.Contains(line, "Killing pod that is no longer wanted on this node") && strings.Contains(line, uid) {
+			orphans++
+		}
+	}
+	if orphans > 1 {
+		t.Errorf("nodelet started %d orphan workers for the static pod's UID %s", orphans, uid)
+	}
+	t.Logf("RemoveContainer calls per container: %v; orphan workers: %d", calls, orphans)
+}
+
+// containerdLog is the rig's containerd log, which has a line for every CRI
+// RemoveContainer request (also those that fail).
+func containerdLog(f *framework.Framework) string {
+	dir := f.Env.All["LOGS_DIR"]
+	if dir == "" {
+		dir = filepath.Join(f.Env.RigDir, "logs")
+	}
+	return filepath.Join(dir, "containerd.log")
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("containerd's log: %v", err)
+	}
+	return fi.Size()
+}
+
+// removeContainerCalls counts, in the log from offset on, the RemoveContainer
+// requests for each of ids (containerd logs the request, then its outcome).
+func removeContainerCalls(t *testing.T, path string, offset int64, ids []string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading containerd's log: %v", err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(data[min(offset, int64(len(data))):]), "\n") {
+		if !strings.Contains(line, "RemoveContainer for ") || strings.Contains(line, "returns successfully") || strings.Contains(line, " failed") {
+			continue
+		}
+		for _, id := range ids {
+			if strings.Contains(line, id) {
+				out[id]++
+			}
+		}
+	}
+	return out
+}

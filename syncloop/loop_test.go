@@ -29,6 +29,7 @@ import (
 type fakeSources struct {
 	ch    chan podconfig.Update
 	ready bool
+	asked int // SourcesReady calls: one per housekeeping tick
 	mu    sync.Mutex
 }
 
@@ -36,7 +37,14 @@ func (s *fakeSources) Updates() <-chan podconfig.Update { return s.ch }
 func (s *fakeSources) SourcesReady() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.asked++
 	return s.ready
+}
+
+func (s *fakeSources) askedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked
 }
 
 type fakeStatus struct {
@@ -148,6 +156,30 @@ func (r *rig) ready() {
 	r.sources.mu.Unlock()
 }
 
+// countOf counts the calls of method the fake runtime served.
+func countOf(fake *cri.FakeRuntime, method string) int {
+	n := 0
+	for _, c := range fake.Calls() {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
+// rounds waits for a relist, then for n more housekeeping ticks and relists
+// after it: what a test asserting that nothing happened waits for, instead of
+// sleeping (every tick then saw what the runtime runs).
+func (r *rig) rounds(t *testing.T, n int) {
+	t.Helper()
+	relists := countOf(r.fake, "ListContainers")
+	eventually(t, "a relist", func() bool { return countOf(r.fake, "ListContainers") > relists })
+	ticks, relists := r.sources.askedCount(), countOf(r.fake, "ListContainers")
+	eventually(t, "housekeeping ticks and relists", func() bool {
+		return r.sources.askedCount() >= ticks+n && countOf(r.fake, "ListContainers") >= relists+n
+	})
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -248,7 +280,7 @@ func TestRestartAdoptsRunningPods(t *testing.T) {
 		s, ok := second.status.GetPodStatus(pod.UID)
 		return ok && s.Phase == v1.PodRunning
 	})
-	time.Sleep(300 * time.Millisecond) // several relists and housekeeping rounds
+	second.rounds(t, 3)
 	list := second.containers(t, "uid-2")
 	if len(list) != 1 || list[0].Id != before || running(list) != 1 {
 		t.Fatalf("after restart containers = %v, want the same single running container %s", list, before)
@@ -272,7 +304,7 @@ func TestOrphanedPodIsKilledOnceSourcesAreReady(t *testing.T) {
 
 	// The pod was deleted while nodelet was down: the new sources never mention it.
 	second := newRig(t, fake)
-	time.Sleep(300 * time.Millisecond)
+	second.rounds(t, 3)
 	if running(second.containers(t, "uid-3")) != 1 {
 		t.Fatal("an unknown pod must not be killed before all sources are ready")
 	}

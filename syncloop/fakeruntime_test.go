@@ -202,6 +202,7 @@ type stepLoop struct {
 	clk    *clocktesting.FakeClock
 	status *fakeStatus
 	ctx    context.Context
+	stop   context.CancelFunc // stops the loop as the end of Run would
 }
 
 func newStepLoop(t *testing.T) *stepLoop {
@@ -224,7 +225,7 @@ func newStepLoop(t *testing.T) *stepLoop {
 		cancel()
 		l.workersWG.Wait()
 	})
-	return &stepLoop{Loop: l, rt: rt, clk: clk, status: status, ctx: ctx}
+	return &stepLoop{Loop: l, rt: rt, clk: clk, status: status, ctx: ctx, stop: cancel}
 }
 
 func (s *stepLoop) add(pod *v1.Pod) {

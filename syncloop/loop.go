@@ -416,6 +416,9 @@ func (l *Loop) KillPod(ctx context.Context, pod *v1.Pod, grace time.Duration, st
 	if w == nil {
 		return nil
 	}
+	if err := w.base.Err(); err != nil {
+		return fmt.Errorf("killing pod %s/%s: the sync loop has stopped: %w", pod.Namespace, pod.Name, err)
+	}
 	// Cancels a sync in flight at once, whatever the loop goroutine is doing.
 	l.evaluate(w, event{woken: true})
 	bound := killTimeout(secs)

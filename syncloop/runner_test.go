@@ -150,3 +150,20 @@ func TestKillPodTimesOutOnStuckWorker(t *testing.T) {
 		t.Fatal("KillPod did not return after its bound")
 	}
 }
+
+// TestKillPodAfterLoopStopped: once the loop is stopping nothing will kill the
+// pod, so KillPod says so at once instead of waiting out its bound.
+func TestKillPodAfterLoopStopped(t *testing.T) {
+	s := newStepLoop(t)
+	pod := newPod("uid-late", "late")
+	synced, syncedOnce := signal()
+	s.rt.syncHook = func(context.Context, *v1.Pod) error { syncedOnce(); return nil }
+	s.add(pod)
+	waitClosed(t, synced, "the first sync")
+	s.stop()
+	s.workersWG.Wait()
+	err := s.KillPod(context.Background(), pod, time.Second, nil)
+	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), podKey(pod)) {
+		t.Fatalf("KillPod after the loop stopped = %v, want an error naming %s", err, podKey(pod))
+	}
+}

@@ -480,21 +480,10 @@ func TestTimeouts(t *testing.T) {
 			f := NewFakeRuntime(t)
 			f.AddImage(testImage)
 			c := newTestClient(t, f, timeout)
-			sbCfg := sandboxConfig("p", "u", false)
-			sb, err := c.RunPodSandbox(ctx, sbCfg, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctr, err := c.CreateContainer(ctx, sb, containerConfig("c", "u"), sbCfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.StartContainer(ctx, ctr); err != nil {
-				t.Fatal(err)
-			}
+			sb, ctr := runningContainer(t, c)
 			f.SetDelay(tc.method, tc.delay)
 			start := time.Now()
-			err = tc.call(c, sb, ctr)
+			err := tc.call(c, sb, ctr)
 			if got := status.Code(err); got != tc.wantCode {
 				t.Fatalf("code = %v (err %v), want %v", got, err, tc.wantCode)
 			}
@@ -517,30 +506,37 @@ func TestPullImageCancel(t *testing.T) {
 	}
 }
 
+// runningContainer starts a sandbox and a container in it.
+func runningContainer(t *testing.T, c *Client) (sandboxID, containerID string) {
+	t.Helper()
+	ctx := context.Background()
+	sbCfg := sandboxConfig("p", "u", false)
+	sb, err := c.RunPodSandbox(ctx, sbCfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := c.CreateContainer(ctx, sb, containerConfig("c", "u"), sbCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartContainer(ctx, ctr); err != nil {
+		t.Fatal(err)
+	}
+	return sb, ctr
+}
+
 // TestExecSyncCancel: an exec without a timeout of its own (a postStart hook)
 // ends when its context is cancelled, which is how a pod being deleted stops it.
 func TestExecSyncCancel(t *testing.T) {
 	f := NewFakeRuntime(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
-	bg := context.Background()
-	sbCfg := sandboxConfig("p", "u", false)
-	sb, err := c.RunPodSandbox(bg, sbCfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctr, err := c.CreateContainer(bg, sb, containerConfig("c", "u"), sbCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartContainer(bg, ctr); err != nil {
-		t.Fatal(err)
-	}
+	_, ctr := runningContainer(t, c)
 	f.SetDelay("ExecSync", 10*time.Second)
-	ctx, cancel := context.WithCancel(bg)
+	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	_, _, err = c.ExecSync(ctx, ctr, []string{"sleep", "3600"}, 0)
+	_, _, err := c.ExecSync(ctx, ctr, []string{"sleep", "3600"}, 0)
 	if status.Code(err) != codes.Canceled {
 		t.Errorf("ExecSync after cancel: %v, want Canceled", err)
 	}

@@ -232,6 +232,17 @@ func (s *stepLoop) add(pod *v1.Pod) {
 	s.handleUpdate(s.ctx, podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"})
 }
 
+// addSynced adds pod and waits for its first sync to reach the runtime.
+func (s *stepLoop) addSynced(t *testing.T, pod *v1.Pod) {
+	t.Helper()
+	synced, syncedOnce := signal()
+	s.rt.mu.Lock()
+	s.rt.syncHook = func(context.Context, *v1.Pod) error { syncedOnce(); return nil }
+	s.rt.mu.Unlock()
+	s.add(pod)
+	waitClosed(t, synced, "the first sync")
+}
+
 func (s *stepLoop) remove(pod *v1.Pod) {
 	s.handleUpdate(s.ctx, podconfig.Update{Op: podconfig.OpRemove, Pods: []*v1.Pod{pod}, Source: "api"})
 }

@@ -23,10 +23,7 @@ import (
 func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 	s := newStepLoop(t)
 	pod := newPod("uid-slow-rm", "slow-rm")
-	synced, syncedOnce := signal()
-	s.rt.syncHook = func(context.Context, *v1.Pod) error { syncedOnce(); return nil }
-	s.add(pod)
-	waitClosed(t, synced, "the first sync")
+	s.addSynced(t, pod)
 
 	entered, enteredOnce := signal()
 	release, releaseOnce := signal()
@@ -156,10 +153,7 @@ func TestKillPodTimesOutOnStuckWorker(t *testing.T) {
 func TestKillPodAfterLoopStopped(t *testing.T) {
 	s := newStepLoop(t)
 	pod := newPod("uid-late", "late")
-	synced, syncedOnce := signal()
-	s.rt.syncHook = func(context.Context, *v1.Pod) error { syncedOnce(); return nil }
-	s.add(pod)
-	waitClosed(t, synced, "the first sync")
+	s.addSynced(t, pod)
 	s.stop()
 	s.workersWG.Wait()
 	err := s.KillPod(context.Background(), pod, time.Second, nil)

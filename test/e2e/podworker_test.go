@@ -87,17 +87,9 @@ func TestPodWorkerDeleteCancelsHungPostStart(t *testing.T) {
 func TestPodWorkerStaticPodRemovedOnce(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	static := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "slow-stop", Namespace: "default"},
-		Spec: v1.PodSpec{
-			HostNetwork:                   true,
-			TerminationGracePeriodSeconds: ptr.To[int64](10),
-			Containers: []v1.Container{{
-				Name: "slow", Image: f.Env.BusyboxImage, ImagePullPolicy: v1.PullNever,
-				Command: []string{"sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"},
-			}},
-		},
-	}
+	static := f.BusyboxPod("default", "slow-stop", "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
+	static.Spec.HostNetwork = true
+	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
 	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}})
 	name := "slow-stop-" + f.Env.NodeName
 	f.WaitForPod(ctx, "default", name, 2*time.Minute, "a Running mirror pod", func(p *v1.Pod) bool {

@@ -3,6 +3,7 @@ package syncloop
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,9 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 		s.housekeeping(s.ctx)
 		if got := s.worker(pod.UID); got != w {
 			t.Fatalf("housekeeping round %d replaced the pod's worker while RemovePod ran (orphan worker for the same UID)", i)
+		}
+		if n := opGoroutines(); n != 1 {
+			t.Fatalf("housekeeping round %d: %d worker goroutines for the one pod, want 1", i, n)
 		}
 	}
 	releaseOnce()
@@ -160,4 +164,11 @@ func TestKillPodAfterLoopStopped(t *testing.T) {
 	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), podKey(pod)) {
 		t.Fatalf("KillPod after the loop stopped = %v, want an error naming %s", err, podKey(pod))
 	}
+}
+
+// opGoroutines counts the goroutines running worker operations.
+func opGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "syncloop.(*Loop).spawn.func1(")
 }

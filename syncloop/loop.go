@@ -428,7 +428,7 @@ func (l *Loop) KillPod(ctx context.Context, pod *v1.Pod, grace time.Duration, st
 	case <-w.stopped:
 		return nil
 	case <-timer.C():
-		err := fmt.Errorf("timeout waiting to kill pod %s/%s: still running %s after a kill with grace period %ds", pod.Namespace, pod.Name, bound, secs)
+		err := fmt.Errorf("timeout waiting to kill pod %s/%s: not stopped within %s of a kill with grace period %ds", pod.Namespace, pod.Name, bound, secs)
 		klog.FromContext(ctx).Error(err, "Pod did not stop in time", "pod", klog.KObj(pod), "podUID", pod.UID)
 		l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "ExceededGracePeriod", "Container runtime did not kill the pod within specified grace period.")
 		return err

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -90,7 +91,9 @@ func TestPodWorkerStaticPodRemovedOnce(t *testing.T) {
 	static := f.BusyboxPod("default", "slow-stop", "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
 	static.Spec.HostNetwork = true
 	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
-	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}})
+	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}, Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.FileCheckFrequency = metav1.Duration{Duration: time.Second} // see the removal at once
+	}})
 	name := "slow-stop-" + f.Env.NodeName
 	f.WaitForPod(ctx, "default", name, 2*time.Minute, "a Running mirror pod", func(p *v1.Pod) bool {
 		return p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)

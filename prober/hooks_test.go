@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -77,4 +78,37 @@ func TestRunHook(t *testing.T) {
 			t.Errorf("a sleep cut short by the grace period is an error: %v", err)
 		}
 	})
+}
+
+// timeoutExec is a runtime whose exec never ends by itself; it records the
+// timeout it was given.
+type timeoutExec struct{ timeout chan time.Duration }
+
+func (h timeoutExec) ExecSync(ctx context.Context, _ string, _ []string, timeout time.Duration) ([]byte, []byte, error) {
+	h.timeout <- timeout
+	<-ctx.Done()
+	return nil, nil, ctx.Err()
+}
+
+// TestExecHookEndsWithItsContext: an exec hook has no timeout of its own (as
+// upstream's, which runs it with timeout 0); the caller's context ends it
+// (postStart: the sync's cancellation; preStop: the grace period).
+func TestExecHookEndsWithItsContext(t *testing.T) {
+	exec := timeoutExec{timeout: make(chan time.Duration, 1)}
+	h := NewHandler(exec)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	target := Target{Container: &v1.Container{Name: "app"}, ContainerID: "c1"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.RunHook(ctx, testingclock.NewFakeClock(time.Now()), pod, target, &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "3600"}}})
+		done <- err
+	}()
+	if got := <-exec.timeout; got != 0 {
+		t.Errorf("exec hook ran with timeout %v, want none", got)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("RunHook after cancel = %v, want context.Canceled", err)
+	}
 }

@@ -1,0 +1,98 @@
+// Package podutil is the one home of the small facts about a pod that several
+// packages ask: where it came from (static, mirror), whether it is critical,
+// its priority, whether its phase is terminal and which init containers are
+// sidecars. The keys and values are upstream's, so a node can switch between
+// nodelet and the kubelet.
+package podutil
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// Annotations the pod sources set (upstream keys).
+const (
+	// AnnotationConfigSource names the source a pod came from (SourceAPI, SourceFile).
+	AnnotationConfigSource = "kubernetes.io/config.source"
+	// AnnotationConfigHash is a static pod's UID, a hash of its manifest.
+	AnnotationConfigHash = "kubernetes.io/config.hash"
+	// AnnotationConfigMirror marks a mirror pod; its value is its static pod's hash.
+	AnnotationConfigMirror = "kubernetes.io/config.mirror"
+	// AnnotationConfigSeen is when the node first saw the pod (RFC 3339).
+	AnnotationConfigSeen = "kubernetes.io/config.seen"
+)
+
+// Pod source names, as upstream.
+const (
+	SourceAPI  = "api"
+	SourceFile = "file"
+)
+
+// Priorities and priority classes (upstream's scheduling constants).
+const (
+	// DefaultPriority is the priority of a pod without one (no default PriorityClass).
+	DefaultPriority int32 = 0
+	// HighestUserDefinablePriority is the highest priority a user's PriorityClass may have.
+	HighestUserDefinablePriority int32 = 1000000000
+	// SystemCriticalPriority is where system-cluster-critical and system-node-critical start.
+	SystemCriticalPriority = 2 * HighestUserDefinablePriority
+	// SystemClusterCritical and SystemNodeCritical are the built-in critical classes.
+	SystemClusterCritical = "system-cluster-critical"
+	SystemNodeCritical    = "system-node-critical"
+)
+
+// IsStaticPod: the pod came from a source other than the API server (a manifest
+// file). A pod without the source annotation is not static.
+func IsStaticPod(pod *v1.Pod) bool {
+	src, ok := pod.Annotations[AnnotationConfigSource]
+	return ok && src != SourceAPI
+}
+
+// IsMirrorPod: the pod is the API server's mirror of a static pod.
+func IsMirrorPod(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[AnnotationConfigMirror]
+	return ok
+}
+
+// Priority is the pod's priority, DefaultPriority when it has none.
+func Priority(pod *v1.Pod) int32 {
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority
+	}
+	return DefaultPriority
+}
+
+// IsCriticalPod: static pods, mirror pods and pods with a system-critical priority.
+// The OOM score, QoS memory settings and eviction spare them.
+func IsCriticalPod(pod *v1.Pod) bool {
+	return IsStaticPod(pod) || IsMirrorPod(pod) || (pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority)
+}
+
+// IsNodeCriticalPod: a critical pod of the system-node-critical priority class.
+func IsNodeCriticalPod(pod *v1.Pod) bool {
+	return IsCriticalPod(pod) && pod.Spec.PriorityClassName == SystemNodeCritical
+}
+
+// IsTerminal reports whether the phase is Succeeded or Failed: the pod never runs again.
+func IsTerminal(phase v1.PodPhase) bool {
+	return phase == v1.PodSucceeded || phase == v1.PodFailed
+}
+
+// IsRestartableInitContainer: an init container with restartPolicy Always, a
+// sidecar. Ask it only of init containers (IsSidecar checks that too): an app
+// container's own restartPolicy means something else.
+func IsRestartableInitContainer(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// IsSidecar: c is one of pod's init containers and restartable.
+func IsSidecar(pod *v1.Pod, c *v1.Container) bool {
+	if !IsRestartableInitContainer(c) {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == c.Name {
+			return true
+		}
+	}
+	return false
+}

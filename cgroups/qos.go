@@ -3,6 +3,8 @@ package cgroups
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 const (
@@ -16,15 +18,6 @@ const (
 	MinQuotaPeriod = 1000
 	// DefaultCFSPeriod is the kernel's default cpu.cfs_period_us (100ms).
 	DefaultCFSPeriod = 100000
-
-	// SystemCriticalPriority is the lowest priority of system-critical pods.
-	SystemCriticalPriority int32 = 2000000000
-	// SystemNodeCritical is the priority class whose pods the OOM killer spares most.
-	SystemNodeCritical = "system-node-critical"
-
-	annotationConfigSource = "kubernetes.io/config.source"
-	annotationConfigMirror = "kubernetes.io/config.mirror"
-	sourceAPIServer        = "api"
 )
 
 // QOSClass is the pod's QoS class as the API defines it: the status value when the
@@ -124,22 +117,6 @@ func podLevelResourcesSet(pod *v1.Pod) bool {
 
 func qosResource(n v1.ResourceName) bool { return n == v1.ResourceCPU || n == v1.ResourceMemory }
 
-// IsCriticalPod: static pods, mirror pods and pods with a system-critical priority.
-func IsCriticalPod(pod *v1.Pod) bool {
-	if src, ok := pod.Annotations[annotationConfigSource]; ok && src != sourceAPIServer {
-		return true
-	}
-	if _, ok := pod.Annotations[annotationConfigMirror]; ok {
-		return true
-	}
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority
-}
-
-// IsNodeCriticalPod: a critical pod of the system-node-critical priority class.
-func IsNodeCriticalPod(pod *v1.Pod) bool {
-	return IsCriticalPod(pod) && pod.Spec.PriorityClassName == SystemNodeCritical
-}
-
 // MilliCPUToShares converts a cpu request to cpu.shares (1024 per cpu, at least 2).
 func MilliCPUToShares(milliCPU int64) uint64 {
 	if milliCPU == 0 {
@@ -169,10 +146,6 @@ func MilliCPUToQuota(milliCPU, period int64) int64 {
 	return quota
 }
 
-func isRestartableInit(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 // podAggregate sums a resource of the pod the way the scheduler does: app
 // containers and sidecars (restartable init containers) add up; an ordinary init
 // container, together with the sidecars started before it, counts only if it needs
@@ -195,7 +168,7 @@ func podAggregate(pod *v1.Pod, list func(*v1.Container) v1.ResourceList, name v1
 		c := &pod.Spec.InitContainers[i]
 		q := list(c)[name]
 		var need resource.Quantity
-		if isRestartableInit(c) {
+		if podutil.IsRestartableInitContainer(c) {
 			sidecars.Add(q)
 			sum.Add(q)
 			need = sidecars.DeepCopy()

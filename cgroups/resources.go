@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Swap behaviours (memorySwap.swapBehavior).
@@ -75,7 +77,7 @@ func ContainerResources(pod *v1.Pod, c *v1.Container, nodeMemoryCapacity int64, 
 // 1000+guaranteedOOMScoreAdj = 3 in the kubelet's code; the kubernetes.io page
 // says 2.) A sidecar never scores above the app container with the least memory.
 func OOMScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
-	if IsNodeCriticalPod(pod) {
+	if podutil.IsNodeCriticalPod(pod) {
 		return guaranteedOOMScoreAdj
 	}
 	switch QOSClass(pod) {
@@ -89,7 +91,7 @@ func OOMScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 		return besteffortOOMScoreAdj - 1
 	}
 	adj := 1000 - (1000*c.Resources.Requests.Memory().Value())/memoryCapacity
-	if isSidecar(pod, c) {
+	if podutil.IsSidecar(pod, c) {
 		if minAdj := 1000 - (1000*minAppMemoryRequest(pod))/memoryCapacity; adj > minAdj {
 			adj = minAdj
 		}
@@ -101,18 +103,6 @@ func OOMScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 		return int(adj - 1)
 	}
 	return int(adj)
-}
-
-func isSidecar(pod *v1.Pod, c *v1.Container) bool {
-	if !isRestartableInit(c) {
-		return false
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == c.Name {
-			return true
-		}
-	}
-	return false
 }
 
 func minAppMemoryRequest(pod *v1.Pod) int64 {
@@ -137,7 +127,7 @@ func ContainerSwapBehavior(pod *v1.Pod, c *v1.Container, opts ResourceOptions) s
 	if opts.SwapBehavior != LimitedSwap || !opts.SwapControllerAvailable || !opts.CgroupV2 {
 		return NoSwap
 	}
-	if IsCriticalPod(pod) || QOSClass(pod) != v1.PodQOSBurstable {
+	if podutil.IsCriticalPod(pod) || QOSClass(pod) != v1.PodQOSBurstable {
 		return NoSwap
 	}
 	req, lim := c.Resources.Requests.Memory(), c.Resources.Limits.Memory()

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 const nodeMem = 16 * gi
@@ -49,7 +51,7 @@ func TestContainerResourcesCPUAndMemory(t *testing.T) {
 func TestOOMScoreAdj(t *testing.T) {
 	always := v1.ContainerRestartPolicyAlways
 	static := func(p *v1.Pod) *v1.Pod {
-		p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+		p.Annotations = map[string]string{podutil.AnnotationConfigSource: podutil.SourceFile}
 		return p
 	}
 	tests := []struct {
@@ -68,18 +70,18 @@ func TestOOMScoreAdj(t *testing.T) {
 		{"burstable unknown capacity", podWith("u", res("", "1Gi", "", "")), 0, 0, 999},
 		{"node-critical burstable", func() *v1.Pod {
 			p := static(podWith("u", burstableRes))
-			p.Spec.PriorityClassName = SystemNodeCritical
+			p.Spec.PriorityClassName = podutil.SystemNodeCritical
 			return p
 		}(), 0, nodeMem, -997},
 		{"node-critical besteffort", func() *v1.Pod {
 			p := podWith("u", bestEffortRes)
 			p.Spec.Priority = ptr.To(int32(2000001000))
-			p.Spec.PriorityClassName = SystemNodeCritical
+			p.Spec.PriorityClassName = podutil.SystemNodeCritical
 			return p
 		}(), 0, nodeMem, -997},
 		{"critical but not node-critical keeps QoS score", func() *v1.Pod {
 			p := podWith("u", bestEffortRes)
-			p.Spec.Priority = ptr.To(SystemCriticalPriority)
+			p.Spec.Priority = ptr.To(podutil.SystemCriticalPriority)
 			p.Spec.PriorityClassName = "system-cluster-critical"
 			return p
 		}(), 0, nodeMem, 1000},
@@ -134,7 +136,7 @@ func TestContainerResourcesSwap(t *testing.T) {
 	v2Default := ResourceOptions{CgroupV2: true, NodeSwapCapacity: 4 * gi, SwapControllerAvailable: true}
 	v1Limited := ResourceOptions{SwapBehavior: LimitedSwap, NodeSwapCapacity: 4 * gi, SwapControllerAvailable: true}
 	v1NoSwap := ResourceOptions{SwapBehavior: NoSwap, SwapControllerAvailable: true}
-	critical := func(p *v1.Pod) *v1.Pod { p.Spec.Priority = ptr.To(SystemCriticalPriority); return p }
+	critical := func(p *v1.Pod) *v1.Pod { p.Spec.Priority = ptr.To(podutil.SystemCriticalPriority); return p }
 
 	const absent = "absent"
 	tests := []struct {

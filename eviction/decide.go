@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Upstream strings for evicted pods.
@@ -276,7 +278,7 @@ type AdmitResult struct {
 // memory-pressure taint; under any other pressure every pod is refused.
 // Critical pods are always admitted.
 func Admit(pod *v1.Pod, conditions []v1.NodeConditionType) AdmitResult {
-	if len(conditions) == 0 || IsCriticalPod(pod) {
+	if len(conditions) == 0 || podutil.IsCriticalPod(pod) {
 		return AdmitResult{Admit: true}
 	}
 	if len(conditions) == 1 && conditions[0] == v1.NodeMemoryPressure {

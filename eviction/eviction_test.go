@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 const mi = 1 << 20
@@ -289,7 +291,9 @@ func diskReq(q string) podOpt {
 	}
 }
 func static() podOpt {
-	return func(pod *v1.Pod) { pod.Annotations = map[string]string{annotationConfigSource: "file"} }
+	return func(pod *v1.Pod) {
+		pod.Annotations = map[string]string{podutil.AnnotationConfigSource: podutil.SourceFile}
+	}
 }
 
 func newPod(name string, opts ...podOpt) *v1.Pod {
@@ -321,7 +325,7 @@ func TestRankForMemory(t *testing.T) {
 	burstUnder := newPod("burst-under", memReq("500Mi"))
 	hiPrioOver := newPod("hiprio-over", memReq("100Mi"), prio(1000))
 	bigOver := newPod("big-over", memReq("100Mi"))
-	crit := newPod("critical", prio(SystemCriticalPriority))
+	crit := newPod("critical", prio(podutil.SystemCriticalPriority))
 	st := newPod("static", static())
 	nostats := newPod("nostats", memReq("1Gi"))
 	stats := Stats{Pods: []PodStats{
@@ -402,7 +406,7 @@ func TestRankForPID(t *testing.T) {
 	a := newPod("a", prio(10))
 	b := newPod("b")
 	c := newPod("c")
-	crit := newPod("crit", prio(SystemCriticalPriority+1))
+	crit := newPod("crit", prio(podutil.SystemCriticalPriority+1))
 	stats := Stats{Pods: []PodStats{{Pod: a, Processes: u(900)}, {Pod: b, Processes: u(5)}, {Pod: c, Processes: u(50)}, {Pod: crit, Processes: u(5000)}}}
 	if got := names(RankForPID([]*v1.Pod{crit, a, b, c}, stats)); got != "c,b,a,crit" {
 		t.Errorf("ranking %s, want c,b,a,crit", got)
@@ -533,7 +537,7 @@ func TestAdmit(t *testing.T) {
 	burst := newPod("burst", memReq("10Mi"))
 	tolerating := newPod("tol")
 	tolerating.Spec.Tolerations = []v1.Toleration{{Key: TaintNodeMemoryPressure, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}}
-	crit := newPod("crit", prio(SystemCriticalPriority))
+	crit := newPod("crit", prio(podutil.SystemCriticalPriority))
 	mem := []v1.NodeConditionType{v1.NodeMemoryPressure}
 	disk := []v1.NodeConditionType{v1.NodeDiskPressure}
 	tests := []struct {

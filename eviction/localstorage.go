@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // The local storage limits (localStorageCapacityIsolation) as kubelet_evictions
@@ -82,7 +84,7 @@ func DecideLocalStorage(in LocalStorageInput) []LocalStorageViolation {
 			continue
 		}
 		v.Pod = pod
-		v.Critical = IsCriticalPod(pod)
+		v.Critical = podutil.IsCriticalPod(pod)
 		v.GracePeriodSeconds = ImmediateEvictionGracePeriodSeconds
 		out = append(out, v)
 	}

@@ -7,36 +7,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
-
-// Pod-source annotations (upstream keys) used to recognise static and mirror pods.
-const (
-	annotationConfigSource = "kubernetes.io/config.source"
-	annotationConfigMirror = "kubernetes.io/config.mirror"
-	sourceAPIServer        = "api"
-
-	// SystemCriticalPriority is the lowest priority of system-critical pods.
-	SystemCriticalPriority int32 = 2000000000
-)
-
-// IsCriticalPod reports whether the eviction manager must never evict pod:
-// static and mirror pods, and pods with priority ≥ 2000000000.
-func IsCriticalPod(pod *v1.Pod) bool {
-	if src, ok := pod.Annotations[annotationConfigSource]; ok && src != sourceAPIServer {
-		return true
-	}
-	if _, ok := pod.Annotations[annotationConfigMirror]; ok {
-		return true
-	}
-	return podPriority(pod) >= SystemCriticalPriority
-}
-
-func podPriority(pod *v1.Pod) int32 {
-	if pod.Spec.Priority != nil {
-		return *pod.Spec.Priority
-	}
-	return 0
-}
 
 // Candidate is a ranked pod with the reasoning that placed it there.
 type Candidate struct {
@@ -85,7 +58,7 @@ func candidates(pods []*v1.Pod, stats Stats, usage func(*PodStats) (uint64, bool
 	byUID := statsByUID(stats)
 	out := make([]Candidate, 0, len(pods))
 	for _, p := range pods {
-		c := Candidate{Pod: p, Request: req(p), Critical: IsCriticalPod(p)}
+		c := Candidate{Pod: p, Request: req(p), Critical: podutil.IsCriticalPod(p)}
 		if ps, ok := byUID[string(p.UID)]; ok {
 			if u, ok := usage(ps); ok {
 				c.Stats = ps
@@ -125,7 +98,7 @@ func usageRequestRank(a, b Candidate) int {
 	if r := cmpBoolFirst(a.exceeds(), b.exceeds()); r != 0 {
 		return r
 	}
-	if r := cmp.Compare(podPriority(a.Pod), podPriority(b.Pod)); r != 0 {
+	if r := cmp.Compare(podutil.Priority(a.Pod), podutil.Priority(b.Pod)); r != 0 {
 		return r
 	}
 	// More usage above request first.
@@ -137,7 +110,7 @@ func describe(c Candidate, what string) string {
 		return "critical pod (static, mirror or system priority): never evicted"
 	}
 	if c.Stats == nil {
-		return fmt.Sprintf("no %s stats (ranked first, as upstream); priority %d", what, podPriority(c.Pod))
+		return fmt.Sprintf("no %s stats (ranked first, as upstream); priority %d", what, podutil.Priority(c.Pod))
 	}
 	rel := "within"
 	if c.exceeds() {
@@ -148,7 +121,7 @@ func describe(c Candidate, what string) string {
 		over, dir = -over, "below"
 	}
 	return fmt.Sprintf("%s usage %s %s request %s; priority %d; %s %s request",
-		what, c.Usage.String(), rel, c.Request.String(), podPriority(c.Pod), resource.NewQuantity(over, c.Usage.Format).String(), dir)
+		what, c.Usage.String(), rel, c.Request.String(), podutil.Priority(c.Pod), resource.NewQuantity(over, c.Usage.Format).String(), dir)
 }
 
 // RankForMemory orders pods for memory pressure: pods whose working set
@@ -263,7 +236,7 @@ func RankForPID(pods []*v1.Pod, stats Stats) []Candidate {
 		return *ps.Processes, true
 	}, func(*v1.Pod) resource.Quantity { return resource.Quantity{} }, resource.DecimalSI)
 	rankBy(cs, func(a, b Candidate) int {
-		if r := cmp.Compare(podPriority(a.Pod), podPriority(b.Pod)); r != 0 {
+		if r := cmp.Compare(podutil.Priority(a.Pod), podutil.Priority(b.Pod)); r != 0 {
 			return r
 		}
 		return cmp.Compare(b.Usage.Value(), a.Usage.Value())
@@ -274,9 +247,9 @@ func RankForPID(pods []*v1.Pod, stats Stats) []Candidate {
 		case c.Critical:
 			c.Why = describe(*c, "pid")
 		case c.Stats == nil:
-			c.Why = fmt.Sprintf("priority %d; no process count", podPriority(c.Pod))
+			c.Why = fmt.Sprintf("priority %d; no process count", podutil.Priority(c.Pod))
 		default:
-			c.Why = fmt.Sprintf("priority %d; %d processes", podPriority(c.Pod), c.Usage.Value())
+			c.Why = fmt.Sprintf("priority %d; %d processes", podutil.Priority(c.Pod), c.Usage.Value())
 		}
 	}
 	return cs

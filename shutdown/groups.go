@@ -10,13 +10,8 @@ import (
 	"time"
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
-)
 
-const (
-	// DefaultPriority is the priority of a pod without one (no default PriorityClass).
-	DefaultPriority int32 = 0
-	// SystemCriticalPriority is where system-cluster-critical and system-node-critical start.
-	SystemCriticalPriority int32 = 2000000000
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Group is a range of pod priorities, from Priority up to the next group's, and the time its
@@ -67,8 +62,8 @@ func Groups(kc *kubeletconfigv1beta1.KubeletConfiguration) ([]Group, error) {
 		return nil, nil
 	}
 	return []Group{
-		{Priority: DefaultPriority, GracePeriod: total - critical},
-		{Priority: SystemCriticalPriority, GracePeriod: critical},
+		{Priority: podutil.DefaultPriority, GracePeriod: total - critical},
+		{Priority: podutil.SystemCriticalPriority, GracePeriod: critical},
 	}, nil
 }
 

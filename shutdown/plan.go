@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // DefaultPodGrace is a pod's termination grace period when its spec sets none.
@@ -39,7 +41,7 @@ func Plan(groups []Group, pods []*v1.Pod) []PlannedGroup {
 		return plan
 	}
 	for _, pod := range pods {
-		prio := podPriority(pod)
+		prio := podutil.Priority(pod)
 		idx := sort.Search(len(groups), func(i int) bool { return groups[i].Priority > prio }) - 1
 		if idx < 0 {
 			idx = 0
@@ -68,13 +70,6 @@ func PlanDuration(plan []PlannedGroup) time.Duration {
 		}
 	}
 	return d
-}
-
-func podPriority(pod *v1.Pod) int32 {
-	if pod.Spec.Priority != nil {
-		return *pod.Spec.Priority
-	}
-	return DefaultPriority
 }
 
 // podGrace caps the pod's own grace by its group's.
@@ -110,7 +105,7 @@ func FormatPlan(w io.Writer, plan []PlannedGroup, logindMax time.Duration, ok bo
 			if j == 0 {
 				step, prio, grace = fmt.Sprint(i+1), fmt.Sprint(g.Priority), g.GracePeriod.String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\n", step, prio, grace, p.Pod.Namespace, p.Pod.Name, podPriority(p.Pod), p.Grace)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\n", step, prio, grace, p.Pod.Namespace, p.Pod.Name, podutil.Priority(p.Pod), p.Grace)
 		}
 	}
 	if err := tw.Flush(); err != nil {

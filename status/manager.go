@@ -21,18 +21,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/podstatus"
 )
 
 // BatchPeriod is upstream's syncBatch period.
 const BatchPeriod = 10 * time.Second
-
-// Annotation keys set by the pod sources (podconfig); repeated here so this package
-// needs nothing from podconfig but MirrorLookup.
-const (
-	annotationConfigSource = "kubernetes.io/config.source"
-	sourceAPI              = "api"
-)
 
 // MirrorLookup finds the API server's mirror pod of a static pod. podconfig.Config
 // satisfies it.
@@ -119,7 +113,7 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, status v1.PodStatus) {
 		// First status for a pod the API already knows (e.g. after a restart).
 		old = &pod.Status
 	}
-	if old != nil && isTerminal(old.Phase) && !isTerminal(status.Phase) {
+	if old != nil && podutil.IsTerminal(old.Phase) && !podutil.IsTerminal(status.Phase) {
 		klog.ErrorS(nil, "Refusing to move a pod from a terminal phase to a non-terminal one",
 			"pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", old.Phase, "newPhase", status.Phase)
 		if ok {
@@ -269,7 +263,7 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 
 // deletionDue: the API pod is being deleted and the caller says its resources are reclaimed.
 func (m *Manager) deletionDue(pod, apiPod *v1.Pod) bool {
-	if m.canDelete == nil || !isAPIPod(pod) {
+	if m.canDelete == nil || podutil.IsStaticPod(pod) {
 		return false
 	}
 	p := apiPod
@@ -285,7 +279,7 @@ func (m *Manager) deletionDue(pod, apiPod *v1.Pod) bool {
 // needsReconcile reports whether the API's status (as last known) differs from ours.
 func (m *Manager) needsReconcile(pod, apiPod *v1.Pod, status *v1.PodStatus, examinedRV string) bool {
 	api := apiPod
-	if !isAPIPod(pod) {
+	if podutil.IsStaticPod(pod) {
 		if m.mirrors == nil {
 			return false
 		}
@@ -301,7 +295,7 @@ func (m *Manager) needsReconcile(pod, apiPod *v1.Pod, status *v1.PodStatus, exam
 	if api == nil {
 		return true
 	}
-	if isTerminal(api.Status.Phase) && !isTerminal(status.Phase) {
+	if podutil.IsTerminal(api.Status.Phase) && !podutil.IsTerminal(status.Phase) {
 		return false // never written; see syncPod
 	}
 	want := mergeStatus(&api.Status, status)
@@ -315,7 +309,7 @@ type target struct {
 }
 
 func (m *Manager) targetFor(pod *v1.Pod) (target, bool) {
-	if isAPIPod(pod) {
+	if !podutil.IsStaticPod(pod) {
 		return target{pod.Namespace, pod.Name, pod.UID}, true
 	}
 	if m.mirrors == nil {
@@ -367,7 +361,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID) {
 			m.markGone(uid)
 			return
 		}
-		if isTerminal(apiPod.Status.Phase) && !isTerminal(status.Phase) {
+		if podutil.IsTerminal(apiPod.Status.Phase) && !podutil.IsTerminal(status.Phase) {
 			klog.ErrorS(nil, "API server has the pod in a terminal phase, not writing a non-terminal one",
 				"pod", klog.KObj(pod), "podUID", uid, "apiPhase", apiPod.Status.Phase, "phase", status.Phase)
 			m.markSynced(uid, version, pod.ResourceVersion, apiPod, time.Time{})
@@ -403,7 +397,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID) {
 		break
 	}
 
-	if !isAPIPod(pod) || m.canDelete == nil || apiPod.DeletionTimestamp == nil || !m.canDelete(apiPod.DeepCopy()) {
+	if podutil.IsStaticPod(pod) || m.canDelete == nil || apiPod.DeletionTimestamp == nil || !m.canDelete(apiPod.DeepCopy()) {
 		return
 	}
 	grace := int64(0)
@@ -446,19 +440,11 @@ func (m *Manager) markSynced(uid types.UID, version uint64, examinedRV string, a
 func (m *Manager) markGone(uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.statuses[uid]; ok && isAPIPod(e.pod) {
+	if e, ok := m.statuses[uid]; ok && !podutil.IsStaticPod(e.pod) {
 		e.deleted = true
 		e.synced = e.version
 	}
 }
-
-// isAPIPod: pods without a source annotation are treated as the API server's.
-func isAPIPod(pod *v1.Pod) bool {
-	src, ok := pod.Annotations[annotationConfigSource]
-	return !ok || src == sourceAPI
-}
-
-func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
 
 // isKubeletCondition: the condition types the node owns; others in the API object
 // (set by the scheduler, controllers, eviction) are kept as they are.
@@ -498,7 +484,7 @@ func mergeStatus(api, ours *v1.PodStatus) v1.PodStatus {
 	}
 	// Only report a terminal phase once no container can still be running, so nothing
 	// acts on "Succeeded"/"Failed" (and deletes) while processes are alive.
-	if isTerminal(out.Phase) && !isTerminal(api.Phase) && anyRunning(&out) {
+	if podutil.IsTerminal(out.Phase) && !podutil.IsTerminal(api.Phase) && anyRunning(&out) {
 		out.Phase = api.Phase
 	}
 	normalizeStatus(&out)

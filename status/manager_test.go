@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 var t0 = time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
@@ -26,7 +28,7 @@ var t0 = time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
 func testPod(name string, uid types.UID) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid,
-			Annotations: map[string]string{annotationConfigSource: sourceAPI}},
+			Annotations: map[string]string{podutil.AnnotationConfigSource: podutil.SourceAPI}},
 		Spec:   v1.PodSpec{NodeName: "n", Containers: []v1.Container{{Name: "c", Image: "i"}}},
 		Status: v1.PodStatus{Phase: v1.PodPending},
 	}
@@ -308,9 +310,9 @@ func (mm mirrorMap) MirrorPod(uid types.UID) (*v1.Pod, bool) {
 
 func TestStaticPodStatusGoesToMirror(t *testing.T) {
 	static := testPod("web-n", "static-uid")
-	static.Annotations[annotationConfigSource] = "file"
+	static.Annotations[podutil.AnnotationConfigSource] = podutil.SourceFile
 	mirror := testPod("web-n", "mirror-uid")
-	mirror.Annotations = map[string]string{"kubernetes.io/config.mirror": "static-uid"}
+	mirror.Annotations = map[string]string{podutil.AnnotationConfigMirror: "static-uid"}
 	client := fake.NewClientset(mirror)
 	mirrors := mirrorMap{}
 	m := NewManager(client, mirrors, clocktesting.NewFakeClock(t0))
@@ -352,7 +354,7 @@ func TestStaticPodStatusGoesToMirror(t *testing.T) {
 	m.syncBatch(ctx, false) // old mirror is gone: nothing written, not given up
 	wantVerbs(t, client, "get")
 	replacement := testPod("web-n", "mirror-uid-2")
-	replacement.Annotations = map[string]string{"kubernetes.io/config.mirror": "static-uid"}
+	replacement.Annotations = map[string]string{podutil.AnnotationConfigMirror: "static-uid"}
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, replacement, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

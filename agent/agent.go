@@ -30,6 +30,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
@@ -271,10 +272,10 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 
 	var sources []string
 	if kc.StaticPodPath != "" {
-		sources = append(sources, podconfig.SourceFile)
+		sources = append(sources, podutil.SourceFile)
 	}
 	if client != nil {
-		sources = append(sources, podconfig.SourceAPI)
+		sources = append(sources, podutil.SourceAPI)
 	}
 	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
 	if kc.StaticPodPath == "" && client == nil {

@@ -10,13 +10,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // RunAPISource watches the pods bound to this node (all namespaces) until ctx is done.
 // It blocks; run it in its own goroutine. The initial list arrives as one Add; the
 // source is ready once the handler has seen it.
 func (c *Config) RunAPISource(ctx context.Context, client kubernetes.Interface) {
-	c.registerSource(SourceAPI)
+	c.registerSource(podutil.SourceAPI)
 	selector := fields.OneTermEqualSelector("spec.nodeName", c.nodeName).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(metav1.NamespaceAll),
@@ -54,7 +56,7 @@ func (c *Config) RunAPISource(ctx context.Context, client kubernetes.Interface) 
 	c.sendMu.Lock()
 	c.flushAPIPendingLocked()
 	c.sendMu.Unlock()
-	c.markReady(SourceAPI)
+	c.markReady(podutil.SourceAPI)
 	<-ctx.Done()
 }
 
@@ -73,14 +75,14 @@ func (c *Config) apiEvent(pod *v1.Pod, deleted, initial bool) {
 	c.flushAPIPendingLocked()
 
 	c.mu.Lock()
-	s := c.ensureSource(SourceAPI)
+	s := c.ensureSource(podutil.SourceAPI)
 	var ch changes
 	mirrorsChanged := c.applyAPIPodLocked(s, pod, deleted, &ch)
 	c.mu.Unlock()
 	if mirrorsChanged {
 		c.triggerMirrors()
 	}
-	c.send(SourceAPI, ch)
+	c.send(podutil.SourceAPI, ch)
 }
 
 // flushAPIPendingLocked emits the buffered initial list as one Add. Caller holds sendMu.
@@ -92,7 +94,7 @@ func (c *Config) flushAPIPendingLocked() {
 	pending := c.apiPending
 	c.apiPending = nil
 	c.mu.Lock()
-	s := c.ensureSource(SourceAPI)
+	s := c.ensureSource(podutil.SourceAPI)
 	var ch changes
 	mirrorsChanged := false
 	for _, p := range pending {
@@ -104,13 +106,13 @@ func (c *Config) flushAPIPendingLocked() {
 	if mirrorsChanged {
 		c.triggerMirrors()
 	}
-	c.send(SourceAPI, ch)
+	c.send(podutil.SourceAPI, ch)
 }
 
 // applyAPIPodLocked records one pod from the API server. Mirror pods go to the mirror
 // index, never to the pods to run. It reports whether the mirror index changed.
 func (c *Config) applyAPIPodLocked(s *sourceState, pod *v1.Pod, deleted bool, ch *changes) bool {
-	if isMirrorPod(pod) {
+	if podutil.IsMirrorPod(pod) {
 		name := fullName(pod)
 		if deleted {
 			if m, ok := c.mirrors[name]; ok && m.UID == pod.UID {
@@ -134,6 +136,6 @@ func (c *Config) applyAPIPodLocked(s *sourceState, pod *v1.Pod, deleted bool, ch
 		}
 		return false
 	}
-	c.upsertLocked(SourceAPI, s, pod, ch)
+	c.upsertLocked(podutil.SourceAPI, s, pod, ch)
 	return false
 }

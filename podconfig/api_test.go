@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 func apiPod(name string, uid types.UID, node string) *v1.Pod {
@@ -27,7 +29,7 @@ func apiPod(name string, uid types.UID, node string) *v1.Pod {
 
 func startAPI(t *testing.T, client *fake.Clientset) (*Config, func()) {
 	t.Helper()
-	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(SourceAPI))
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceAPI))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.RunAPISource(ctx, client) }()
@@ -41,7 +43,7 @@ func TestAPISourceOps(t *testing.T) {
 		apiPod("other", "u3", "node-b"), // not ours
 		func() *v1.Pod { // a mirror pod: not a pod to run
 			m := apiPod("web-"+testNode, "m1", testNode)
-			m.Annotations = map[string]string{AnnotationConfigMirror: "h"}
+			m.Annotations = map[string]string{podutil.AnnotationConfigMirror: "h"}
 			return m
 		}(),
 	)
@@ -51,11 +53,11 @@ func TestAPISourceOps(t *testing.T) {
 	ctx := context.Background()
 
 	u := next(t, c)
-	if u.Op != OpAdd || u.Source != SourceAPI || len(u.Pods) != 2 {
+	if u.Op != OpAdd || u.Source != podutil.SourceAPI || len(u.Pods) != 2 {
 		t.Fatalf("initial = %s %s with %d pods, want one Add of 2", u.Op, u.Source, len(u.Pods))
 	}
-	if u.Pods[0].Annotations[AnnotationConfigSource] != SourceAPI {
-		t.Errorf("source annotation = %q", u.Pods[0].Annotations[AnnotationConfigSource])
+	if u.Pods[0].Annotations[podutil.AnnotationConfigSource] != podutil.SourceAPI {
+		t.Errorf("source annotation = %q", u.Pods[0].Annotations[podutil.AnnotationConfigSource])
 	}
 	waitFor(t, c.SourcesReady)
 
@@ -120,7 +122,7 @@ func staticFixture(t *testing.T, c *Config) *v1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.setSnapshot(SourceFile, []*v1.Pod{pod})
+	c.setSnapshot(podutil.SourceFile, []*v1.Pod{pod})
 	<-c.Updates()
 	return pod
 }
@@ -128,14 +130,14 @@ func staticFixture(t *testing.T, c *Config) *v1.Pod {
 func mirrorOf(static *v1.Pod, uid types.UID, hash string) *v1.Pod {
 	m := mirrorFor(static, testNode, "node-uid")
 	m.UID = uid
-	m.Annotations[AnnotationConfigMirror] = hash
+	m.Annotations[podutil.AnnotationConfigMirror] = hash
 	return m
 }
 
 func TestMirrorPodsHiddenAndIndexed(t *testing.T) {
 	c := New(testNode, clocktesting.NewFakeClock(time.Now()))
 	static := staticFixture(t, c)
-	hash := static.Annotations[AnnotationConfigHash]
+	hash := static.Annotations[podutil.AnnotationConfigHash]
 	mirror := mirrorOf(static, "mirror-1", hash)
 
 	c.apiEvent(mirror, false, false)
@@ -175,19 +177,19 @@ func TestMirrorReconciler(t *testing.T) {
 	}{
 		{name: "creates missing", nodeUID: "node-uid", apiReady: true, wantVerbs: []string{"create"}, wantMirror: true},
 		{name: "up to date is left alone", nodeUID: "node-uid", apiReady: true,
-			mirror: func(s *v1.Pod) *v1.Pod { return mirrorOf(s, "m1", s.Annotations[AnnotationConfigHash]) }, wantMirror: true},
+			mirror: func(s *v1.Pod) *v1.Pod { return mirrorOf(s, "m1", s.Annotations[podutil.AnnotationConfigHash]) }, wantMirror: true},
 		{name: "other hash recreated", nodeUID: "node-uid", apiReady: true,
 			mirror:    func(s *v1.Pod) *v1.Pod { return mirrorOf(s, "m1", "old") },
 			wantVerbs: []string{"delete", "create"}, wantMirror: true},
 		{name: "being deleted recreated", nodeUID: "node-uid", apiReady: true,
 			mirror: func(s *v1.Pod) *v1.Pod {
-				m := mirrorOf(s, "m1", s.Annotations[AnnotationConfigHash])
+				m := mirrorOf(s, "m1", s.Annotations[podutil.AnnotationConfigHash])
 				m.DeletionTimestamp = &now
 				return m
 			},
 			wantVerbs: []string{"delete", "create"}, wantMirror: true},
 		{name: "orphan deleted", nodeUID: "node-uid", apiReady: true, orphan: true,
-			mirror: func(s *v1.Pod) *v1.Pod { return mirrorOf(s, "m1", s.Annotations[AnnotationConfigHash]) }, wantVerbs: []string{"delete"}, wantMirror: true},
+			mirror: func(s *v1.Pod) *v1.Pod { return mirrorOf(s, "m1", s.Annotations[podutil.AnnotationConfigHash]) }, wantVerbs: []string{"delete"}, wantMirror: true},
 		{name: "node not registered", apiReady: true},
 		{name: "api not synced", nodeUID: "node-uid"},
 	}
@@ -202,7 +204,7 @@ func TestMirrorReconciler(t *testing.T) {
 			}
 			if tt.orphan {
 				o := apiPod("gone-"+testNode, "m-orphan", testNode)
-				o.Annotations = map[string]string{AnnotationConfigMirror: "x"}
+				o.Annotations = map[string]string{podutil.AnnotationConfigMirror: "x"}
 				objs = append(objs, o)
 			}
 			for _, o := range objs {
@@ -212,7 +214,7 @@ func TestMirrorReconciler(t *testing.T) {
 				c.apiEvent(o, false, false)
 			}
 			if tt.apiReady {
-				c.markReady(SourceAPI)
+				c.markReady(podutil.SourceAPI)
 			}
 			client.ClearActions()
 
@@ -246,8 +248,8 @@ func TestMirrorReconciler(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no mirror: %v", err)
 			}
-			if got.Annotations[AnnotationConfigMirror] != static.Annotations[AnnotationConfigHash] {
-				t.Errorf("mirror annotation %q, want the static hash", got.Annotations[AnnotationConfigMirror])
+			if got.Annotations[podutil.AnnotationConfigMirror] != static.Annotations[podutil.AnnotationConfigHash] {
+				t.Errorf("mirror annotation %q, want the static hash", got.Annotations[podutil.AnnotationConfigMirror])
 			}
 			if got.UID == static.UID {
 				t.Error("mirror was created with the static pod's UID")
@@ -265,7 +267,7 @@ func TestMirrorReconciler(t *testing.T) {
 // mirror in the API, the watch indexes it, and when the static pod goes the mirror goes.
 func TestMirrorReconcilerEndToEnd(t *testing.T) {
 	client := fake.NewClientset()
-	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(SourceAPI, SourceFile))
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceAPI, podutil.SourceFile))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -278,7 +280,7 @@ func TestMirrorReconcilerEndToEnd(t *testing.T) {
 	waitFor(t, c.SourcesReady)
 	expectNone(t, c) // the mirror is not a pod to run
 
-	c.setSnapshot(SourceFile, nil)
+	c.setSnapshot(podutil.SourceFile, nil)
 	if u := next(t, c); u.Op != OpRemove {
 		t.Fatalf("got %s, want Remove", u.Op)
 	}
@@ -289,15 +291,15 @@ func TestMirrorReconcilerEndToEnd(t *testing.T) {
 }
 
 func TestSourcesReady(t *testing.T) {
-	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(SourceAPI, SourceFile))
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceAPI, podutil.SourceFile))
 	steps := []struct {
 		name string
 		act  func()
 		want bool
 	}{
 		{"nothing read", func() {}, false},
-		{"file read", func() { c.setSnapshot(SourceFile, nil) }, false},
-		{"api synced", func() { c.markReady(SourceAPI) }, true},
+		{"file read", func() { c.setSnapshot(podutil.SourceFile, nil) }, false},
+		{"api synced", func() { c.markReady(podutil.SourceAPI) }, true},
 	}
 	for _, s := range steps {
 		s.act()

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Op says what happened to the pods of an Update.
@@ -43,20 +45,6 @@ func (o Op) String() string {
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
-
-// Source names, as upstream.
-const (
-	SourceAPI  = "api"
-	SourceFile = "file"
-)
-
-// Annotation keys the upstream kubelet uses for pod sources and mirror pods.
-const (
-	AnnotationConfigHash   = "kubernetes.io/config.hash"
-	AnnotationConfigSource = "kubernetes.io/config.source"
-	AnnotationConfigSeen   = "kubernetes.io/config.seen"
-	AnnotationConfigMirror = "kubernetes.io/config.mirror"
-)
 
 // Update is one change of one source. Pods are copies owned by the receiver.
 type Update struct {
@@ -204,7 +192,7 @@ func (c *Config) StaticPodFor(mirrorUID types.UID) (*v1.Pod, bool) {
 			continue
 		}
 		for src, s := range c.sources {
-			if src == SourceAPI {
+			if src == podutil.SourceAPI {
 				continue
 			}
 			for _, p := range s.pods {
@@ -220,7 +208,7 @@ func (c *Config) StaticPodFor(mirrorUID types.UID) (*v1.Pod, bool) {
 
 func (c *Config) staticPodLocked(uid types.UID) *v1.Pod {
 	for src, s := range c.sources {
-		if src == SourceAPI {
+		if src == podutil.SourceAPI {
 			continue
 		}
 		if p, ok := s.pods[uid]; ok {
@@ -231,13 +219,8 @@ func (c *Config) staticPodLocked(uid types.UID) *v1.Pod {
 }
 
 func isMirrorOf(mirror, static *v1.Pod) bool {
-	h, ok := mirror.Annotations[AnnotationConfigMirror]
-	return ok && h != "" && h == static.Annotations[AnnotationConfigHash]
-}
-
-func isMirrorPod(p *v1.Pod) bool {
-	_, ok := p.Annotations[AnnotationConfigMirror]
-	return ok
+	h, ok := mirror.Annotations[podutil.AnnotationConfigMirror]
+	return ok && h != "" && h == static.Annotations[podutil.AnnotationConfigHash]
 }
 
 func fullName(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -312,18 +295,18 @@ func (c *Config) upsertLocked(source string, s *sourceState, p *v1.Pod, ch *chan
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[AnnotationConfigSource] = source
+	p.Annotations[podutil.AnnotationConfigSource] = source
 	old, ok := s.pods[p.UID]
 	if !ok {
-		if _, set := p.Annotations[AnnotationConfigSeen]; !set {
-			p.Annotations[AnnotationConfigSeen] = c.clk.Now().UTC().Format(time.RFC3339Nano)
+		if _, set := p.Annotations[podutil.AnnotationConfigSeen]; !set {
+			p.Annotations[podutil.AnnotationConfigSeen] = c.clk.Now().UTC().Format(time.RFC3339Nano)
 		}
 		s.pods[p.UID] = p
 		ch.adds = append(ch.adds, p)
 		return
 	}
 	// The first-seen time is the node's own record; a re-read must not move it.
-	p.Annotations[AnnotationConfigSeen] = old.Annotations[AnnotationConfigSeen]
+	p.Annotations[podutil.AnnotationConfigSeen] = old.Annotations[podutil.AnnotationConfigSeen]
 	s.pods[p.UID] = p
 	switch {
 	case specOrMetaChanged(old, p):

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // DefaultFileCheckFrequency is upstream's fileCheckFrequency default.
@@ -37,7 +39,7 @@ func (c *Config) RunFileSource(ctx context.Context, path string, period time.Dur
 	if period <= 0 {
 		period = DefaultFileCheckFrequency
 	}
-	c.registerSource(SourceFile)
+	c.registerSource(podutil.SourceFile)
 	c.readFileSource(ctx, path)
 	t := c.clk.NewTimer(period)
 	defer t.Stop()
@@ -66,7 +68,7 @@ func (c *Config) readFileSource(ctx context.Context, path string) {
 			return
 		}
 	}
-	c.setSnapshot(SourceFile, pods)
+	c.setSnapshot(podutil.SourceFile, pods)
 }
 
 // loadStaticPods reads every manifest under path. Bad manifests are logged and skipped.
@@ -266,8 +268,8 @@ func decodePod(js []byte, uid types.UID, nodeName string) (*v1.Pod, error) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationConfigHash] = string(uid)
-	pod.Annotations[AnnotationConfigSource] = SourceFile
+	pod.Annotations[podutil.AnnotationConfigHash] = string(uid)
+	pod.Annotations[podutil.AnnotationConfigSource] = podutil.SourceFile
 	applyPodDefaults(pod)
 	addNoExecuteToleration(pod)
 

@@ -14,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 const testNode = "node-a"
@@ -74,8 +76,8 @@ func TestDecodeStaticPodDefaults(t *testing.T) {
 		{"probe path", pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Path, "/"},
 		{"probe scheme", pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Scheme, v1.URISchemeHTTP},
 		{"fieldRef version", pod.Spec.Containers[1].Env[0].ValueFrom.FieldRef.APIVersion, "v1"},
-		{"hash = uid", pod.Annotations[AnnotationConfigHash], string(pod.UID)},
-		{"source", pod.Annotations[AnnotationConfigSource], SourceFile},
+		{"hash = uid", pod.Annotations[podutil.AnnotationConfigHash], string(pod.UID)},
+		{"source", pod.Annotations[podutil.AnnotationConfigSource], podutil.SourceFile},
 		{"phase", pod.Status.Phase, v1.PodPending},
 		{"labels kept", pod.Labels["app"], "web"},
 		{"toleration", pod.Spec.Tolerations, []v1.Toleration{{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}},
@@ -210,21 +212,21 @@ func TestFileSourceDirectory(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "sub", "x.yaml"), strings.Replace(goodPod, "name: web", "name: sub", 1))
 
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC))
-	c := New(testNode, clk, WithSources(SourceFile))
+	c := New(testNode, clk, WithSources(podutil.SourceFile))
 	if c.SourcesReady() {
 		t.Fatal("ready before the first read")
 	}
 	c.readFileSource(context.Background(), dir)
 	u := next(t, c)
-	if u.Op != OpAdd || u.Source != SourceFile || len(u.Pods) != 1 || u.Pods[0].Name != "web-"+testNode {
+	if u.Op != OpAdd || u.Source != podutil.SourceFile || len(u.Pods) != 1 || u.Pods[0].Name != "web-"+testNode {
 		t.Fatalf("first update = %s %s %d pods, want Add of web", u.Op, u.Source, len(u.Pods))
 	}
 	if !c.SourcesReady() {
 		t.Fatal("not ready after the first read")
 	}
 	first := u.Pods[0]
-	if first.Annotations[AnnotationConfigSeen] != "2026-12-02T13:00:00Z" {
-		t.Errorf("seen = %q", first.Annotations[AnnotationConfigSeen])
+	if first.Annotations[podutil.AnnotationConfigSeen] != "2026-12-02T13:00:00Z" {
+		t.Errorf("seen = %q", first.Annotations[podutil.AnnotationConfigSeen])
 	}
 
 	// Same content again: nothing, even with the clock moved (seen stays put).
@@ -294,7 +296,7 @@ func TestFileSourceDuplicateName(t *testing.T) {
 func TestRunFileSourcePolls(t *testing.T) {
 	dir := t.TempDir()
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := New(testNode, clk, WithSources(SourceFile))
+	c := New(testNode, clk, WithSources(podutil.SourceFile))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.RunFileSource(ctx, dir, 20*time.Second) }()
@@ -466,8 +468,8 @@ func TestFileSourcePodList(t *testing.T) {
 		t.Errorf("namespaces %s, %s", pods[0].Namespace, pods[1].Namespace)
 	}
 	for _, p := range pods {
-		if p.Spec.NodeName != testNode || p.Annotations[AnnotationConfigHash] != string(p.UID) {
-			t.Errorf("pod %s: nodeName %q, hash %q, uid %q", p.Name, p.Spec.NodeName, p.Annotations[AnnotationConfigHash], p.UID)
+		if p.Spec.NodeName != testNode || p.Annotations[podutil.AnnotationConfigHash] != string(p.UID) {
+			t.Errorf("pod %s: nodeName %q, hash %q, uid %q", p.Name, p.Spec.NodeName, p.Annotations[podutil.AnnotationConfigHash], p.UID)
 		}
 	}
 

@@ -3,6 +3,8 @@ package podconfig
 import (
 	"strings"
 	"testing"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // FuzzDecodeManifest feeds the static pod decoder random manifests (Pods and
@@ -31,10 +33,10 @@ func FuzzDecodeManifest(f *testing.F) {
 				t.Fatalf("pod %d name %q does not end in -%s", i, p.Name, node)
 			case p.Namespace == "":
 				t.Fatalf("pod %s has no namespace", p.Name)
-			case p.UID == "" || p.Annotations[AnnotationConfigHash] != string(p.UID):
-				t.Fatalf("pod %s: UID %q, config hash %q", p.Name, p.UID, p.Annotations[AnnotationConfigHash])
-			case p.Annotations[AnnotationConfigSource] != SourceFile:
-				t.Fatalf("pod %s: source %q", p.Name, p.Annotations[AnnotationConfigSource])
+			case p.UID == "" || p.Annotations[podutil.AnnotationConfigHash] != string(p.UID):
+				t.Fatalf("pod %s: UID %q, config hash %q", p.Name, p.UID, p.Annotations[podutil.AnnotationConfigHash])
+			case p.Annotations[podutil.AnnotationConfigSource] != podutil.SourceFile:
+				t.Fatalf("pod %s: source %q", p.Name, p.Annotations[podutil.AnnotationConfigSource])
 			case p.Spec.NodeName != node:
 				t.Fatalf("pod %s: nodeName %q", p.Name, p.Spec.NodeName)
 			case again[i].UID != p.UID:

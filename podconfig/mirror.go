@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // DefaultMirrorReconcilePeriod is how often mirror pods are checked without a trigger.
@@ -44,11 +46,11 @@ func (c *Config) RunMirrorReconciler(ctx context.Context, client kubernetes.Inte
 // orphans. Errors are logged; the next pass retries.
 func (c *Config) reconcileMirrors(ctx context.Context, client kubernetes.Interface, nodeUID types.UID) {
 	c.mu.RLock()
-	apiReady := c.sources[SourceAPI] != nil && c.sources[SourceAPI].ready
+	apiReady := c.sources[podutil.SourceAPI] != nil && c.sources[podutil.SourceAPI].ready
 	staticReady := true
 	statics := map[string]*v1.Pod{}
 	for src, s := range c.sources {
-		if src == SourceAPI {
+		if src == podutil.SourceAPI {
 			continue
 		}
 		staticReady = staticReady && s.ready
@@ -70,7 +72,7 @@ func (c *Config) reconcileMirrors(ctx context.Context, client kubernetes.Interfa
 		m := mirrors[name]
 		if m != nil && (m.DeletionTimestamp != nil || !isMirrorOf(m, static)) {
 			klog.InfoS("Replacing stale mirror pod", "pod", klog.KObj(m), "mirrorUID", m.UID,
-				"deleting", m.DeletionTimestamp != nil, "mirrorHash", m.Annotations[AnnotationConfigMirror], "staticHash", static.Annotations[AnnotationConfigHash])
+				"deleting", m.DeletionTimestamp != nil, "mirrorHash", m.Annotations[podutil.AnnotationConfigMirror], "staticHash", static.Annotations[podutil.AnnotationConfigHash])
 			if err := deleteMirror(ctx, client, m); err != nil {
 				klog.ErrorS(err, "Unable to delete stale mirror pod", "pod", klog.KObj(m))
 				continue
@@ -121,7 +123,7 @@ func mirrorFor(static *v1.Pod, nodeName string, nodeUID types.UID) *v1.Pod {
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
-	m.Annotations[AnnotationConfigMirror] = static.Annotations[AnnotationConfigHash]
+	m.Annotations[podutil.AnnotationConfigMirror] = static.Annotations[podutil.AnnotationConfigHash]
 	controller := true
 	m.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "v1",

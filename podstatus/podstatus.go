@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 )
 
@@ -100,15 +101,15 @@ func Generate(in Input) v1.PodStatus {
 	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses, false)
 
 	s.Phase = phase(pod, s.InitContainerStatuses, s.ContainerStatuses)
-	if in.Terminal && !IsTerminal(s.Phase) && !anyRunning(s.InitContainerStatuses) && !anyRunning(s.ContainerStatuses) {
+	if in.Terminal && !podutil.IsTerminal(s.Phase) && !anyRunning(s.InitContainerStatuses) && !anyRunning(s.ContainerStatuses) {
 		s.Phase = terminalPhase(s.ContainerStatuses)
 	}
 	// A terminal phase is final: a pod that succeeded or failed never runs again.
-	if prev.Phase == v1.PodSucceeded || prev.Phase == v1.PodFailed {
+	if podutil.IsTerminal(prev.Phase) {
 		s.Phase = prev.Phase
 		s.Reason, s.Message = prev.Reason, prev.Message
 	}
-	if IsTerminal(s.Phase) {
+	if podutil.IsTerminal(s.Phase) {
 		terminateWaiting(pod, &s)
 	}
 	SortContainerStatuses(&s)
@@ -170,7 +171,7 @@ func initializedOnce(pod *v1.Pod, s *v1.PodStatus) bool {
 		return false
 	}
 	cs := s.InitContainerStatuses[last]
-	if isSidecar(&inits[last]) {
+	if podutil.IsRestartableInitContainer(&inits[last]) {
 		return cs.State.Running != nil && cs.Started != nil && *cs.Started
 	}
 	for _, t := range []*v1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
@@ -226,9 +227,6 @@ func terminalPhase(list []v1.ContainerStatus) v1.PodPhase {
 	}
 	return v1.PodSucceeded
 }
-
-// IsTerminal reports whether the phase is Succeeded or Failed.
-func IsTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
 
 func sandboxReady(rt *pleg.PodStatus) bool {
 	return len(rt.Sandboxes) > 0 && rt.Sandboxes[0].State == runtimeapi.PodSandboxState_SANDBOX_READY
@@ -308,7 +306,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			}
 			// A running init container is never ready; an app container or sidecar is
 			// once started and its readiness probe (if any) passed.
-			ready := started && !(isInit && !isSidecar(spec))
+			ready := started && !(isInit && !podutil.IsRestartableInitContainer(spec))
 			if ready && in.Probes != nil {
 				ready = in.Probes.Ready(in.Pod.UID, spec.Name, cur.Id)
 			}
@@ -324,7 +322,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			started := false
 			cs.Started = &started
 			// A completed init container counts as ready, as upstream reports it.
-			cs.Ready = isInit && !isSidecar(spec) && cur.ExitCode == 0
+			cs.Ready = isInit && !podutil.IsRestartableInitContainer(spec) && cur.ExitCode == 0
 		default:
 			reason := "ContainerCreating"
 			if w, ok := in.Waiting[spec.Name]; ok {
@@ -417,7 +415,7 @@ func nanoTime(ns int64) metav1.Time {
 func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase {
 	// Init containers: a failed one under Never fails the pod; any not yet done keeps it Pending.
 	for i, ic := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
 			if i < len(initStatuses) && initStatuses[i].State.Running == nil && initStatuses[i].LastTerminationState.Terminated == nil && initStatuses[i].State.Terminated == nil {
 				return v1.PodPending
 			}
@@ -499,17 +497,13 @@ func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	}
 }
 
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 // conditions computes the kubelet-owned conditions, keeping transition times of
 // conditions whose status did not change, and any condition owned by others.
 func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
 	pod := in.Pod
 	initialized := true
 	for i, ic := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
 			if i >= len(s.InitContainerStatuses) || s.InitContainerStatuses[i].State.Running == nil {
 				initialized = initialized && i < len(s.InitContainerStatuses) && s.InitContainerStatuses[i].Started != nil && *s.InitContainerStatuses[i].Started
 			}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
@@ -323,7 +324,7 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 // addPod admits a new pod and gives it a worker.
 func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 	rejected := false
-	if !podstatus.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
+	if !podutil.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
 		if rej := l.admit(pod); rej != nil {
 			klog.FromContext(ctx).Info("Pod rejected at admission", "pod", klog.KObj(pod), "reason", rej.Reason, "message", rej.Message)
 			l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, rej.Reason, "%s", rej.Message)

@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
-	"github.com/nodelet/nodelet/podstatus"
 )
 
 // The runner: it passes a worker through step whenever something changes (an
@@ -68,7 +68,7 @@ func (l *Loop) evaluate(w *worker, ev event) (*opRun, bool) {
 		Wanted:         wanted,
 		Deleted:        u.removed || u.pod.DeletionTimestamp != nil,
 		Rejected:       ev.rejected,
-		Terminal:       podstatus.IsTerminal(prev.Phase),
+		Terminal:       podutil.IsTerminal(prev.Phase),
 		Killed:         u.statusFn != nil,
 		ActiveDeadline: activeDeadline(u.pod, prev),
 		Grace:          effectiveGrace(u.pod, u.grace),

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/podstatus"
@@ -144,7 +145,7 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	status := l.generate(pod, st, prev, w.waiting, false)
 	l.setStatus(pod, status)
 	l.observeStart(w, pod, status)
-	if podstatus.IsTerminal(status.Phase) {
+	if podutil.IsTerminal(status.Phase) {
 		logger.V(2).Info("Pod reached a terminal phase", "phase", status.Phase)
 		return opResult{Op: opSync, Terminal: true}
 	}
@@ -221,12 +222,12 @@ func (l *Loop) runKill(ctx context.Context, w *worker, grace int64) opResult {
 		generated := final.Phase
 		final.Phase = prev.Phase
 		statusFn(&final)
-		if !podstatus.IsTerminal(final.Phase) {
+		if !podutil.IsTerminal(final.Phase) {
 			final.Phase = generated
 		}
 	}
 	deleting := u.removed || pod.DeletionTimestamp != nil
-	if deleting || statusFn != nil || podstatus.IsTerminal(final.Phase) || podstatus.IsTerminal(prev.Phase) {
+	if deleting || statusFn != nil || podutil.IsTerminal(final.Phase) || podutil.IsTerminal(prev.Phase) {
 		l.deps.Status.SetPodStatus(pod, final)
 	}
 	logger.V(2).Info("Pod terminated", "phase", final.Phase)

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 )
@@ -143,7 +144,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 	for i := len(inits) - 1; i >= 0; i-- {
 		c := &inits[i]
 		prev := byName[c.Name]
-		sidecar := isSidecar(c)
+		sidecar := podutil.IsRestartableInitContainer(c)
 		if prev == nil {
 			if reached && sidecar {
 				start = append(start, i) // its container was removed: it must run again
@@ -335,10 +336,6 @@ func (a *Actions) startOrBackoff(pod *v1.Pod, c *v1.Container, prev *runtimeapi.
 // BackoffKey identifies one container of one pod for the crash-loop back-off.
 func BackoffKey(pod *v1.Pod, c *v1.Container) string {
 	return fmt.Sprintf("%s_%s_%s_%s_%s", pod.Name, pod.Namespace, pod.UID, c.Name, ContainerHash(c))
-}
-
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // finishedForGood says whether the restart policy keeps an exited container down.

@@ -24,6 +24,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 	"github.com/nodelet/nodelet/pullrecords"
@@ -277,7 +278,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	for _, i := range acts.StartInit {
 		c := &pod.Spec.InitContainers[i]
 		if err := start(c); err != nil {
-			if !isSidecar(c) {
+			if !podutil.IsRestartableInitContainer(c) {
 				// Nothing after an init container may start before it succeeded.
 				return res, errors.Join(append(errs, err)...)
 			}
@@ -362,7 +363,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 	podIP := firstIP(m.podIPs(pod, st))
 	sidecarOrder := map[string]int{}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
 			sidecarOrder[pod.Spec.InitContainers[i].Name] = i
 		}
 	}

@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // worker probes one container of one pod with one probe, every period.
@@ -144,7 +146,7 @@ func (w *worker) doProbe(ctx context.Context) bool {
 	if !ok {
 		return true // not synced yet
 	}
-	if status.Phase == v1.PodSucceeded || status.Phase == v1.PodFailed {
+	if podutil.IsTerminal(status.Phase) {
 		return false
 	}
 	cs := w.findStatus(status)

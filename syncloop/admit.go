@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Rejection says why a pod may not run here, with the upstream reason and message.
@@ -31,7 +33,7 @@ func PodRequests(pod *v1.Pod) v1.ResourceList {
 	}
 	sidecars := v1.ResourceList{}
 	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podutil.IsRestartableInitContainer(&c) {
 			add(requestsOf(&c), sidecars)
 			add(requestsOf(&c), sum)
 			continue

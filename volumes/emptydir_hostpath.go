@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 func (m *Manager) setUpEmptyDir(pod *v1.Pod, vol *v1.Volume, st *podState) (HostVolume, error) {
@@ -84,7 +86,7 @@ func podMemoryLimit(pod *v1.Pod) int64 {
 	var maxInit int64
 	for _, c := range pod.Spec.InitContainers {
 		q, ok := c.Resources.Limits[v1.ResourceMemory]
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podutil.IsRestartableInitContainer(&c) {
 			if !ok || q.IsZero() {
 				return 0
 			}

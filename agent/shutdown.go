@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/shutdown"
 	"github.com/nodelet/nodelet/syncloop"
 )
@@ -162,7 +163,7 @@ func nodePods(ctx context.Context, client kubernetes.Interface, nodeName string)
 	var out []*v1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if podutil.IsTerminal(p.Status.Phase) {
 			continue
 		}
 		out = append(out, p)

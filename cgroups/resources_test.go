@@ -82,7 +82,7 @@ func TestOOMScoreAdj(t *testing.T) {
 		{"critical but not node-critical keeps QoS score", func() *v1.Pod {
 			p := podWith("u", bestEffortRes)
 			p.Spec.Priority = ptr.To(podutil.SystemCriticalPriority)
-			p.Spec.PriorityClassName = "system-cluster-critical"
+			p.Spec.PriorityClassName = podutil.SystemClusterCritical
 			return p
 		}(), 0, nodeMem, 1000},
 		{"sidecar capped by smallest app container", func() *v1.Pod {

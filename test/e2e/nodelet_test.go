@@ -18,6 +18,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/test/e2e/framework"
 )
 
@@ -355,7 +356,7 @@ func TestStaticPodRunsWithMirrorPod(t *testing.T) {
 	mirror := f.WaitForPod(ctx, "default", name, 2*time.Minute, "a Running mirror pod", func(p *v1.Pod) bool {
 		return p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)
 	})
-	if mirror.Annotations["kubernetes.io/config.mirror"] == "" {
+	if mirror.Annotations[podutil.AnnotationConfigMirror] == "" {
 		t.Errorf("mirror pod lacks kubernetes.io/config.mirror: %v", mirror.Annotations)
 	}
 	if len(mirror.OwnerReferences) != 1 || mirror.OwnerReferences[0].Kind != "Node" {

@@ -29,46 +29,45 @@ func TestParseThresholds(t *testing.T) {
 	}{
 		{
 			name: "upstream defaults",
-			hard: map[string]string{"memory.available": "<100Mi", "nodefs.available": "<10%", "imagefs.available": "<15%", "nodefs.inodesFree": "<5%", "imagefs.inodesFree": "<5%"},
+			hard: map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%", "nodefs.inodesFree": "5%", "imagefs.inodesFree": "5%"},
 			want: []string{"imagefs.available<15%", "imagefs.inodesFree<5%", "memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"},
 		},
 		{
-			// The config file's form: the value without the operator (as config.DefaultEvictionHard).
-			name: "config file values without the operator",
-			hard: map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "pid.available": " 1000 "},
-			want: []string{"memory.available<100Mi", "nodefs.available<10%", "pid.available<1k"},
-		},
-		{name: "bad operator after <", hard: map[string]string{"memory.available": "<=1Gi"}, wantErr: "only the operator <"},
-		{
 			name: "every signal",
 			hard: map[string]string{
-				"allocatableMemory.available": "<1Gi", "containerfs.available": "<1Gi", "containerfs.inodesFree": "<1000",
-				"pid.available": "<10%",
+				"allocatableMemory.available": "1Gi", "containerfs.available": "1Gi", "containerfs.inodesFree": "1000",
+				"pid.available": "10%",
 			},
 			want: []string{"allocatableMemory.available<1Gi", "containerfs.available<1Gi", "containerfs.inodesFree<1k", "pid.available<10%"},
 		},
 		{
 			name: "0% and 100% disable",
-			hard: map[string]string{"memory.available": "<0%", "nodefs.available": "<100%", "imagefs.available": "<15%"},
+			hard: map[string]string{"memory.available": "0%", "nodefs.available": "100%", "imagefs.available": "15%"},
 			want: []string{"imagefs.available<15%"},
 		},
 		{
 			name:  "soft with grace",
-			soft:  map[string]string{"memory.available": "<300Mi"},
+			soft:  map[string]string{"memory.available": "300Mi"},
 			grace: map[string]string{"memory.available": "1m30s"},
 			want:  []string{"memory.available<300Mi (soft, grace 1m30s)"},
 		},
-		{name: "soft without grace", soft: map[string]string{"nodefs.available": "<20%"}, wantErr: "evictionSoft[nodefs.available] has no grace period"},
-		{name: "unknown hard signal", hard: map[string]string{"memory.free": "<1Gi"}, wantErr: `unknown eviction signal "memory.free"`},
-		{name: "unknown soft signal", soft: map[string]string{"bogus": "<1Gi"}, grace: map[string]string{"bogus": "1m"}, wantErr: `unknown eviction signal "bogus"`},
-		{name: "bad operator", hard: map[string]string{"memory.available": ">1Gi"}, wantErr: "only the operator <"},
-		{name: "bad quantity", hard: map[string]string{"memory.available": "<lots"}, wantErr: "invalid quantity"},
-		{name: "bad percentage", hard: map[string]string{"memory.available": "<150%"}, wantErr: "within 0%-100%"},
-		{name: "bad grace", soft: map[string]string{"memory.available": "<1Gi"}, grace: map[string]string{"memory.available": "soon"}, wantErr: "evictionSoftGracePeriod[memory.available]"},
-		{name: "unknown min reclaim", hard: map[string]string{"memory.available": "<1Gi"}, minReclaim: map[string]string{"x": "1Gi"}, wantErr: "evictionMinimumReclaim"},
+		{
+			name:  "a disabled soft threshold still needs a valid grace period",
+			soft:  map[string]string{"memory.available": "0%"},
+			grace: map[string]string{"memory.available": "1m"},
+		},
+		{name: "soft without grace", soft: map[string]string{"nodefs.available": "20%"}, wantErr: "evictionSoft[nodefs.available] has no grace period"},
+		{name: "grace of an unknown signal", grace: map[string]string{"bogus": "1m"}, wantErr: `evictionSoftGracePeriod[bogus]: unknown eviction signal "bogus"`},
+		{name: "grace without its soft threshold is still checked", grace: map[string]string{"memory.available": "-1s"}, wantErr: "evictionSoftGracePeriod[memory.available]"},
+		{name: "unknown hard signal", hard: map[string]string{"memory.free": "1Gi"}, wantErr: `evictionHard[memory.free]: unknown eviction signal "memory.free"`},
+		{name: "unknown soft signal", soft: map[string]string{"bogus": "1Gi"}, grace: map[string]string{"bogus": "1m"}, wantErr: `unknown eviction signal "bogus"`},
+		{name: "the flag form is not the file's", hard: map[string]string{"memory.available": "<1Gi"}, wantErr: `evictionHard[memory.available]: invalid quantity "<1Gi"`},
+		{name: "bad percentage", hard: map[string]string{"memory.available": "150%"}, wantErr: "within 0%-100%"},
+		{name: "bad grace", soft: map[string]string{"memory.available": "1Gi"}, grace: map[string]string{"memory.available": "soon"}, wantErr: "evictionSoftGracePeriod[memory.available]"},
+		{name: "unknown min reclaim", hard: map[string]string{"memory.available": "1Gi"}, minReclaim: map[string]string{"x": "1Gi"}, wantErr: "evictionMinimumReclaim[x]"},
 		{
 			name:                "min reclaim attached",
-			hard:                map[string]string{"nodefs.available": "<1Gi"},
+			hard:                map[string]string{"nodefs.available": "1Gi"},
 			minReclaim:          map[string]string{"nodefs.available": "500Mi"},
 			want:                []string{"nodefs.available<1Gi"},
 			wantMinReclaimOnSig: SignalNodeFsAvailable,
@@ -159,7 +158,7 @@ func TestObserveEverySignal(t *testing.T) {
 }
 
 func TestThresholdsMet(t *testing.T) {
-	th, err := ParseThresholds(map[string]string{"memory.available": "<100Mi", "nodefs.available": "<10%"}, nil, nil,
+	th, err := ParseThresholds(map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}, nil, nil,
 		map[string]string{"memory.available": "50Mi"})
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +203,7 @@ func memObs(avail int64) Observations {
 func TestTrackerTransitionsAndGrace(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(start)
-	th, err := ParseThresholds(map[string]string{"memory.available": "<100Mi"}, map[string]string{"memory.available": "<200Mi"},
+	th, err := ParseThresholds(map[string]string{"memory.available": "100Mi"}, map[string]string{"memory.available": "200Mi"},
 		map[string]string{"memory.available": "1m"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +242,7 @@ func TestTrackerTransitionsAndGrace(t *testing.T) {
 
 func TestTrackerMinReclaimHysteresis(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	th, err := ParseThresholds(map[string]string{"memory.available": "<100Mi"}, nil, nil, map[string]string{"memory.available": "100Mi"})
+	th, err := ParseThresholds(map[string]string{"memory.available": "100Mi"}, nil, nil, map[string]string{"memory.available": "100Mi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,9 +440,9 @@ func TestReclaimFor(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	hardMem := mustParse(t, map[string]string{"memory.available": "<100Mi"})
-	hardFs := mustParse(t, map[string]string{"nodefs.available": "<10%"})
-	softMem, err := ParseThresholds(nil, map[string]string{"memory.available": "<100Mi"}, map[string]string{"memory.available": "1m"}, nil)
+	hardMem := mustParse(t, map[string]string{"memory.available": "100Mi"})
+	hardFs := mustParse(t, map[string]string{"nodefs.available": "10%"})
+	softMem, err := ParseThresholds(nil, map[string]string{"memory.available": "100Mi"}, map[string]string{"memory.available": "1m"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,7 +566,7 @@ func TestAdmit(t *testing.T) {
 
 func TestTrackerIgnoresStaleStats(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0())
-	th := mustParse(t, map[string]string{"memory.available": "<100Mi"})
+	th := mustParse(t, map[string]string{"memory.available": "100Mi"})
 	tr := NewTracker(clk, time.Minute)
 	obsAt := func(ts time.Time) Observations {
 		o := memObs(50 * mi)
@@ -597,7 +596,7 @@ func TestTrackerIgnoresStaleStats(t *testing.T) {
 func t0() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 func TestWithAllocatableThresholds(t *testing.T) {
-	got := WithAllocatableThresholds(mustParse(t, map[string]string{"memory.available": "<100Mi", "nodefs.available": "<10%"}))
+	got := WithAllocatableThresholds(mustParse(t, map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}))
 	var s []string
 	for _, th := range got {
 		s = append(s, th.String())
@@ -605,7 +604,7 @@ func TestWithAllocatableThresholds(t *testing.T) {
 	if want := "memory.available<100Mi,nodefs.available<10%,allocatableMemory.available<100Mi"; strings.Join(s, ",") != want {
 		t.Errorf("got %v, want %s", s, want)
 	}
-	explicit := mustParse(t, map[string]string{"memory.available": "<100Mi", "allocatableMemory.available": "<1Gi"})
+	explicit := mustParse(t, map[string]string{"memory.available": "100Mi", "allocatableMemory.available": "1Gi"})
 	if got := WithAllocatableThresholds(explicit); len(got) != 2 {
 		t.Errorf("explicit allocatable threshold duplicated: %v", got)
 	}

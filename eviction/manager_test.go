@@ -100,7 +100,7 @@ func TestManagerMemoryEvictionAndConditions(t *testing.T) {
 	node.setMemory(500 * mi)
 	reg := prometheus.NewRegistry()
 	m := mustManager(t)(NewManager(Config{
-		Thresholds:               mustParse(t, map[string]string{"memory.available": "<100Mi"}),
+		Thresholds:               mustParse(t, map[string]string{"memory.available": "100Mi"}),
 		PressureTransitionPeriod: time.Minute,
 		NodeRef:                  &v1.ObjectReference{Kind: "Node", Name: "n1"},
 	}, clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{guaranteed, be} }, node, WithRegisterer(reg)))
@@ -192,7 +192,7 @@ func TestManagerDiskReclaimFirst(t *testing.T) {
 			node := &fakeNode{stats: diskNode(50)}
 			node.stats.Pods = []PodStats{diskStats(pod, 100, 0, 300)}
 			node.onReclaim = func(s *Stats) { s.NodeFs.AvailableBytes = u(tc.afterGC) }
-			m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "<10%"})},
+			m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "10%"})},
 				clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil))
 			d, err := m.Synchronize(context.Background())
 			if err != nil {
@@ -220,7 +220,7 @@ func TestManagerSoftGraceAndStatsError(t *testing.T) {
 	node := &fakeNode{}
 	node.stats.Pods = []PodStats{memStats(pod, 100*mi)}
 	node.setMemory(950 * mi)
-	th, err := ParseThresholds(nil, map[string]string{"memory.available": "<100Mi"}, map[string]string{"memory.available": "30s"}, nil)
+	th, err := ParseThresholds(nil, map[string]string{"memory.available": "100Mi"}, map[string]string{"memory.available": "30s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestManagerRunTicks(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	node := &fakeNode{synced: make(chan struct{}, 1)}
 	node.setMemory(100 * mi)
-	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"})},
+	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "100Mi"})},
 		clk, node, node, node, func() []*v1.Pod { return nil }, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -313,7 +313,7 @@ func TestManagerLocalStorageLimits(t *testing.T) {
 		s.Pods[2].MemoryWorkingSet = u(900 * mi) // the node-pressure victim
 		return s
 	}
-	memPressure := mustParse(t, map[string]string{"memory.available": "<100Mi"})
+	memPressure := mustParse(t, map[string]string{"memory.available": "100Mi"})
 	tests := []struct {
 		name        string
 		isolation   bool
@@ -406,7 +406,7 @@ func TestManagerLocalStorageCriticalPodLeftAlone(t *testing.T) {
 	other := newPod("other")
 	node := &fakeNode{stats: Stats{Pods: []PodStats{storageStats(critical, 2<<20, []string{"data=2097152"}), memStats(other, 100*mi)}}}
 	node.setMemory(950 * mi)
-	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "<100Mi"}), LocalStorageCapacityIsolation: true},
+	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"memory.available": "100Mi"}), LocalStorageCapacityIsolation: true},
 		clocktesting.NewFakeClock(t0()), node, node, node, func() []*v1.Pod { return []*v1.Pod{critical, other} }, nil))
 	if _, err := m.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ package eviction
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,15 +102,14 @@ func (t Threshold) key() string {
 }
 
 // ParseThresholds turns the KubeletConfiguration eviction maps into
-// thresholds. Values are "<quantity" or "<N%"; "0%" and "100%" disable a
-// threshold as upstream (tests use them to switch a default off). Every soft
-// threshold needs a grace period.
+// thresholds, entry by entry with ParseThreshold, ParseGracePeriod and
+// ParseMinimumReclaim. Every soft threshold needs a grace period.
 func ParseThresholds(hard, soft, softGrace, minReclaim map[string]string) ([]Threshold, error) {
 	var out []Threshold
 	for _, sig := range slices.Sorted(maps.Keys(hard)) {
-		t, ok, err := parseOne(sig, hard[sig])
+		t, ok, err := ParseThreshold(sig, hard[sig])
 		if err != nil {
-			return nil, fmt.Errorf("parsing evictionHard[%s]: %w", sig, err)
+			return nil, fmt.Errorf("evictionHard[%s]: %w", sig, err)
 		}
 		if !ok {
 			continue
@@ -118,20 +118,17 @@ func ParseThresholds(hard, soft, softGrace, minReclaim map[string]string) ([]Thr
 		out = append(out, t)
 	}
 	for _, sig := range slices.Sorted(maps.Keys(soft)) {
-		t, ok, err := parseOne(sig, soft[sig])
+		t, ok, err := ParseThreshold(sig, soft[sig])
 		if err != nil {
-			return nil, fmt.Errorf("parsing evictionSoft[%s]: %w", sig, err)
+			return nil, fmt.Errorf("evictionSoft[%s]: %w", sig, err)
 		}
 		g, found := softGrace[sig]
 		if !found {
 			return nil, fmt.Errorf("evictionSoft[%s] has no grace period in evictionSoftGracePeriod", sig)
 		}
-		d, err := time.ParseDuration(g)
+		d, err := ParseGracePeriod(sig, g)
 		if err != nil {
-			return nil, fmt.Errorf("parsing evictionSoftGracePeriod[%s]=%q: %w", sig, g, err)
-		}
-		if d < 0 {
-			return nil, fmt.Errorf("evictionSoftGracePeriod[%s]=%q is negative", sig, g)
+			return nil, fmt.Errorf("evictionSoftGracePeriod[%s]: %w", sig, err)
 		}
 		if !ok {
 			continue
@@ -140,19 +137,14 @@ func ParseThresholds(hard, soft, softGrace, minReclaim map[string]string) ([]Thr
 		out = append(out, t)
 	}
 	for _, sig := range slices.Sorted(maps.Keys(softGrace)) {
-		if _, ok := soft[sig]; !ok {
-			if !isKnown(Signal(sig)) {
-				return nil, fmt.Errorf("evictionSoftGracePeriod: unknown eviction signal %q", sig)
-			}
+		if _, err := ParseGracePeriod(sig, softGrace[sig]); err != nil {
+			return nil, fmt.Errorf("evictionSoftGracePeriod[%s]: %w", sig, err)
 		}
 	}
 	for _, sig := range slices.Sorted(maps.Keys(minReclaim)) {
-		if !isKnown(Signal(sig)) {
-			return nil, fmt.Errorf("evictionMinimumReclaim: unknown eviction signal %q", sig)
-		}
-		v, err := parseValue(minReclaim[sig])
+		v, err := ParseMinimumReclaim(sig, minReclaim[sig])
 		if err != nil {
-			return nil, fmt.Errorf("parsing evictionMinimumReclaim[%s]: %w", sig, err)
+			return nil, fmt.Errorf("evictionMinimumReclaim[%s]: %w", sig, err)
 		}
 		for i := range out {
 			if out[i].Signal == Signal(sig) {
@@ -164,48 +156,101 @@ func ParseThresholds(hard, soft, softGrace, minReclaim map[string]string) ([]Thr
 	return out, nil
 }
 
+// Signals are the eviction signals nodelet understands, in a fixed order.
+func Signals() []Signal { return knownSignals() }
+
 func isKnown(s Signal) bool { return slices.Contains(knownSignals(), s) }
 
-// parseOne parses "value" or "<value"; ok=false means the threshold is disabled.
-func parseOne(sig, expr string) (Threshold, bool, error) {
+func checkSignal(sig string) error {
 	if !isKnown(Signal(sig)) {
-		return Threshold{}, false, fmt.Errorf("unknown eviction signal %q", sig)
+		return fmt.Errorf("unknown eviction signal %q", sig)
 	}
-	// The config file's maps hold the bare value ("100Mi"); the flag form puts the
-	// operator in front ("<100Mi"). Every signal's operator is "<".
-	expr = strings.TrimSpace(expr)
-	raw := strings.TrimSpace(strings.TrimPrefix(expr, "<"))
-	if strings.ContainsAny(raw[:min(1, len(raw))], "<>=!") {
-		return Threshold{}, false, fmt.Errorf("threshold %q: only the operator < is supported", expr)
-	}
-	if raw == "0%" || raw == "100%" {
-		return Threshold{}, false, nil
-	}
-	v, err := parseValue(raw)
-	if err != nil {
-		return Threshold{}, false, err
-	}
-	return Threshold{Signal: Signal(sig), Operator: OpLessThan, Value: v}, true, nil
+	return nil
 }
 
-func parseValue(raw string) (ThresholdValue, error) {
-	raw = strings.TrimSpace(raw)
-	if p, ok := strings.CutSuffix(raw, "%"); ok {
-		f, err := strconv.ParseFloat(p, 32)
-		if err != nil {
-			return ThresholdValue{}, fmt.Errorf("invalid percentage %q: %w", raw, err)
-		}
-		if f < 0 || f > 100 {
-			return ThresholdValue{}, fmt.Errorf("percentage %q must be within 0%%-100%%", raw)
-		}
-		return ThresholdValue{Percentage: float32(f / 100)}, nil
+// ParseThreshold parses one evictionHard or evictionSoft entry as upstream reads
+// the configuration file: the value as written, a quantity ("100Mi") or a
+// percentage of capacity ("10%"). No operator: every signal's is "<", which
+// only upstream's --eviction-hard flag spells out (and that flag's parser, not
+// this one, trims spaces). "0%" and "100%", exactly, disable the threshold
+// (ok=false); a quantity must be above zero and a percentage within 0%-100%.
+func ParseThreshold(signal, value string) (t Threshold, ok bool, err error) {
+	if err := checkSignal(signal); err != nil {
+		return Threshold{}, false, err
 	}
-	q, err := resource.ParseQuantity(raw)
+	if strings.HasSuffix(value, "%") {
+		if value == "0%" || value == "100%" {
+			return Threshold{}, false, nil
+		}
+		p, err := parsePercentage(value)
+		if err != nil {
+			return Threshold{}, false, err
+		}
+		if p < 0 || p > 1 {
+			return Threshold{}, false, fmt.Errorf("percentage %q must be within 0%%-100%%", value)
+		}
+		return Threshold{Signal: Signal(signal), Operator: OpLessThan, Value: ThresholdValue{Percentage: p}}, true, nil
+	}
+	q, err := resource.ParseQuantity(value)
 	if err != nil {
-		return ThresholdValue{}, fmt.Errorf("invalid quantity %q: %w", raw, err)
+		return Threshold{}, false, fmt.Errorf("invalid quantity %q: %w", value, err)
+	}
+	if q.Sign() <= 0 {
+		return Threshold{}, false, fmt.Errorf("threshold %q must be above zero (use \"0%%\" to disable it)", value)
+	}
+	return Threshold{Signal: Signal(signal), Operator: OpLessThan, Value: ThresholdValue{Quantity: &q}}, true, nil
+}
+
+// ParseMinimumReclaim parses one evictionMinimumReclaim entry as upstream: a
+// quantity of at least zero, or a percentage above 0%.
+func ParseMinimumReclaim(signal, value string) (ThresholdValue, error) {
+	if err := checkSignal(signal); err != nil {
+		return ThresholdValue{}, err
+	}
+	if strings.HasSuffix(value, "%") {
+		p, err := parsePercentage(value)
+		if err != nil {
+			return ThresholdValue{}, err
+		}
+		if p <= 0 {
+			return ThresholdValue{}, fmt.Errorf("percentage %q must be above 0%%", value)
+		}
+		return ThresholdValue{Percentage: p}, nil
+	}
+	q, err := resource.ParseQuantity(value)
+	if err != nil {
+		return ThresholdValue{}, fmt.Errorf("invalid quantity %q: %w", value, err)
 	}
 	if q.Sign() < 0 {
-		return ThresholdValue{}, fmt.Errorf("quantity %q must not be negative", raw)
+		return ThresholdValue{}, fmt.Errorf("quantity %q must not be negative", value)
 	}
 	return ThresholdValue{Quantity: &q}, nil
+}
+
+// ParseGracePeriod parses one evictionSoftGracePeriod entry: a duration of at least zero.
+func ParseGracePeriod(signal, value string) (time.Duration, error) {
+	if err := checkSignal(signal); err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: %w", value, err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("duration %q must not be negative", value)
+	}
+	return d, nil
+}
+
+// parsePercentage turns "10%" into 0.1 (float32, as upstream stores it, so a
+// threshold resolves to the same bytes).
+func parsePercentage(value string) (float32, error) {
+	f, err := strconv.ParseFloat(strings.TrimRight(value, "%"), 32)
+	if err != nil {
+		return 0, fmt.Errorf("invalid percentage %q: %w", value, err)
+	}
+	if math.IsNaN(f) {
+		return 0, fmt.Errorf("invalid percentage %q", value)
+	}
+	return float32(f) / 100, nil
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/pullrecords"
 )
 
@@ -252,78 +252,35 @@ func (v *validator) resources(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	}
 }
 
-// evictionSignals are the signal names the eviction manager understands.
-func evictionSignals() []string {
-	return []string{
-		"memory.available", "allocatableMemory.available",
-		"nodefs.available", "nodefs.inodesFree",
-		"imagefs.available", "imagefs.inodesFree",
-		"containerfs.available", "containerfs.inodesFree",
-		"pid.available",
-	}
-}
-
 func (v *validator) eviction(kc *kubeletconfigv1beta1.KubeletConfiguration) {
-	known := evictionSignals()
-	checkThresholds := func(name string, m map[string]string) {
-		for _, sig := range slices.Sorted(mapKeys(m)) {
-			p := name + "[" + sig + "]"
-			if !slices.Contains(known, sig) {
-				v.add(p, "unknown eviction signal %q (known: %s)", sig, strings.Join(known, ", "))
-				continue
-			}
-			if err := parseThresholdValue(m[sig]); err != nil {
-				v.add(p, "%v", err)
-			}
-		}
-	}
-	checkThresholds("evictionHard", kc.EvictionHard)
-	checkThresholds("evictionSoft", kc.EvictionSoft)
-	checkThresholds("evictionMinimumReclaim", kc.EvictionMinimumReclaim)
-	for _, sig := range slices.Sorted(mapKeys(kc.EvictionSoftGracePeriod)) {
-		p := "evictionSoftGracePeriod[" + sig + "]"
-		if !slices.Contains(known, sig) {
-			v.add(p, "unknown eviction signal %q", sig)
-			continue
-		}
-		d, err := time.ParseDuration(kc.EvictionSoftGracePeriod[sig])
-		if err != nil {
-			v.add(p, "%q is not a valid duration: %v", kc.EvictionSoftGracePeriod[sig], err)
-		} else if d < 0 {
-			v.add(p, "must not be negative (got %s)", d)
+	for _, sig := range slices.Sorted(mapKeys(kc.EvictionHard)) {
+		if _, _, err := eviction.ParseThreshold(sig, kc.EvictionHard[sig]); err != nil {
+			v.add("evictionHard["+sig+"]", "%v", err)
 		}
 	}
 	for _, sig := range slices.Sorted(mapKeys(kc.EvictionSoft)) {
-		if _, ok := kc.EvictionSoftGracePeriod[sig]; !ok && slices.Contains(known, sig) {
-			v.add("evictionSoft["+sig+"]", "soft eviction threshold needs a grace period in evictionSoftGracePeriod[%s]", sig)
+		p := "evictionSoft[" + sig + "]"
+		if _, _, err := eviction.ParseThreshold(sig, kc.EvictionSoft[sig]); err != nil {
+			v.add(p, "%v", err)
+			continue
+		}
+		if _, ok := kc.EvictionSoftGracePeriod[sig]; !ok {
+			v.add(p, "soft eviction threshold needs a grace period in evictionSoftGracePeriod[%s]", sig)
+		}
+	}
+	for _, sig := range slices.Sorted(mapKeys(kc.EvictionSoftGracePeriod)) {
+		if _, err := eviction.ParseGracePeriod(sig, kc.EvictionSoftGracePeriod[sig]); err != nil {
+			v.add("evictionSoftGracePeriod["+sig+"]", "%v", err)
+		}
+	}
+	for _, sig := range slices.Sorted(mapKeys(kc.EvictionMinimumReclaim)) {
+		if _, err := eviction.ParseMinimumReclaim(sig, kc.EvictionMinimumReclaim[sig]); err != nil {
+			v.add("evictionMinimumReclaim["+sig+"]", "%v", err)
 		}
 	}
 	if kc.EvictionPressureTransitionPeriod.Duration < 0 {
 		v.add("evictionPressureTransitionPeriod", "must not be negative (got %s)", kc.EvictionPressureTransitionPeriod.Duration)
 	}
-}
-
-// parseThresholdValue accepts a percentage (0%-100%) or a non-negative
-// quantity, as the eviction manager does.
-func parseThresholdValue(s string) error {
-	if strings.HasSuffix(s, "%") {
-		f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 32)
-		if err != nil {
-			return fmt.Errorf("%q is not a valid percentage: %w", s, err)
-		}
-		if f < 0 || f > 100 {
-			return fmt.Errorf("percentage %q must be between 0%% and 100%%", s)
-		}
-		return nil
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
-		return fmt.Errorf("%q is neither a percentage nor a quantity: %w", s, err)
-	}
-	if q.Sign() < 0 {
-		return fmt.Errorf("threshold %q must not be negative", s)
-	}
-	return nil
 }
 
 func (v *validator) shutdown(kc *kubeletconfigv1beta1.KubeletConfiguration) {

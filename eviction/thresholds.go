@@ -162,10 +162,14 @@ func Signals() []Signal { return knownSignals() }
 func isKnown(s Signal) bool { return slices.Contains(knownSignals(), s) }
 
 func checkSignal(sig string) error {
-	if !isKnown(Signal(sig)) {
-		return fmt.Errorf("unknown eviction signal %q", sig)
+	if isKnown(Signal(sig)) {
+		return nil
 	}
-	return nil
+	known := make([]string, 0, len(knownSignals()))
+	for _, s := range knownSignals() {
+		known = append(known, string(s))
+	}
+	return fmt.Errorf("unknown eviction signal %q (known: %s)", sig, strings.Join(known, ", "))
 }
 
 // ParseThreshold parses one evictionHard or evictionSoft entry as upstream reads

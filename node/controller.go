@@ -228,12 +228,12 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 		}
 		systemReserved[v1.ResourceCPU] = *newCPUQuantity(countUnique(cpus))
 	}
-	eviction, err := parseEvictionHard(kc.EvictionHard)
+	thresholds, err := parseEvictionHard(kc.EvictionHard)
 	if err != nil {
 		return nil, fmt.Errorf("creating node controller: %w", err)
 	}
 	c.capacity = computeCapacity(c.machine, orDefault(kc.MaxPods, defaultMaxPods), kc.PodsPerCore)
-	c.allocatable = computeAllocatable(c.capacity, computeReservation(c.capacity, kubeReserved, systemReserved, eviction))
+	c.allocatable = computeAllocatable(c.capacity, computeReservation(c.capacity, kubeReserved, systemReserved, thresholds))
 	return c, nil
 }
 

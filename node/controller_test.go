@@ -217,7 +217,7 @@ func TestRegisterCreatesNode(t *testing.T) {
 		v1.ResourceCPU: 4000, v1.ResourceMemory: 8 * gi, v1.ResourceEphemeralStorage: 100 * gi, v1.ResourcePods: 110, "hugepages-2Mi": 0,
 	})
 	checkResources(t, "allocatable", n.Status.Allocatable, map[v1.ResourceName]int64{
-		v1.ResourceCPU: 3900, v1.ResourceMemory: 8*gi - 612*mi, v1.ResourceEphemeralStorage: 90 * gi, v1.ResourcePods: 110, "hugepages-2Mi": 0,
+		v1.ResourceCPU: 3900, v1.ResourceMemory: 8*gi - 612*mi, v1.ResourceEphemeralStorage: 100*gi - tenPercentOf100Gi, v1.ResourcePods: 110, "hugepages-2Mi": 0,
 	})
 
 	wantInfo := v1.NodeSystemInfo{

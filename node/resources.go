@@ -2,75 +2,41 @@ package node
 
 import (
 	"fmt"
-	"github.com/nodelet/nodelet/config"
-	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-// Eviction signals whose hard thresholds are held back from allocatable.
-const (
-	signalMemoryAvailable = "memory.available"
-	signalNodeFsAvailable = "nodefs.available"
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/eviction"
 )
 
 const hugePagesPrefix = v1.ResourceHugePagesPrefix
 
-// threshold is a hard eviction threshold: an absolute quantity or a percentage of capacity.
-type threshold struct {
-	quantity *resource.Quantity
-	percent  float64
-}
-
-func (t threshold) amount(capacity resource.Quantity) resource.Quantity {
-	if t.quantity != nil {
-		return t.quantity.DeepCopy()
-	}
-	return *resource.NewQuantity(int64(t.percent/100*float64(capacity.Value())), capacity.Format)
-}
-
-func parseThreshold(signal, value string) (threshold, error) {
-	value = strings.TrimSpace(value)
-	if p, ok := strings.CutSuffix(value, "%"); ok {
-		f, err := strconv.ParseFloat(p, 64)
-		if err != nil || f < 0 || f > 100 {
-			return threshold{}, fmt.Errorf("eviction threshold %s=%q: percentage must be between 0%% and 100%%", signal, value)
-		}
-		return threshold{percent: f}, nil
-	}
-	q, err := resource.ParseQuantity(value)
-	if err != nil {
-		return threshold{}, fmt.Errorf("eviction threshold %s=%q: %w", signal, value, err)
-	}
-	if q.Sign() < 0 {
-		return threshold{}, fmt.Errorf("eviction threshold %s=%q must not be negative", signal, value)
-	}
-	return threshold{quantity: &q}, nil
-}
-
-// parseEvictionHard returns the thresholds that reduce allocatable, keyed by resource.
-func parseEvictionHard(m map[string]string) (map[v1.ResourceName]threshold, error) {
+// parseEvictionHard returns the hard thresholds that reduce allocatable, keyed by
+// resource; the defaults when the configuration has none.
+func parseEvictionHard(m map[string]string) (map[v1.ResourceName]eviction.ThresholdValue, error) {
 	if m == nil {
 		m = config.DefaultEvictionHard()
 	}
-	out := map[v1.ResourceName]threshold{}
+	out := map[v1.ResourceName]eviction.ThresholdValue{}
 	for signal, value := range m {
 		var res v1.ResourceName
-		switch signal {
-		case signalMemoryAvailable:
+		switch eviction.Signal(signal) {
+		case eviction.SignalMemoryAvailable:
 			res = v1.ResourceMemory
-		case signalNodeFsAvailable:
+		case eviction.SignalNodeFsAvailable:
 			res = v1.ResourceEphemeralStorage
 		default:
 			continue
 		}
-		t, err := parseThreshold(signal, value)
+		t, ok, err := eviction.ParseThreshold(signal, value)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("evictionHard[%s]: %w", signal, err)
 		}
-		out[res] = t
+		if ok {
+			out[res] = t.Value
+		}
 	}
 	return out, nil
 }
@@ -162,7 +128,7 @@ func computeAllocatable(capacity, reservation v1.ResourceList) v1.ResourceList {
 }
 
 // computeReservation sums kubeReserved, systemReserved and the hard eviction thresholds.
-func computeReservation(capacity, kubeReserved, systemReserved v1.ResourceList, eviction map[v1.ResourceName]threshold) v1.ResourceList {
+func computeReservation(capacity, kubeReserved, systemReserved v1.ResourceList, thresholds map[v1.ResourceName]eviction.ThresholdValue) v1.ResourceList {
 	out := v1.ResourceList{}
 	add := func(name v1.ResourceName, q resource.Quantity) {
 		cur := out[name]
@@ -175,9 +141,9 @@ func computeReservation(capacity, kubeReserved, systemReserved v1.ResourceList, 
 	for name, q := range systemReserved {
 		add(name, q)
 	}
-	for name, t := range eviction {
+	for name, t := range thresholds {
 		if c, ok := capacity[name]; ok {
-			add(name, t.amount(c))
+			add(name, *t.Resolve(&c))
 		}
 	}
 	return out

@@ -31,6 +31,13 @@ func testMachine() MachineInfo {
 
 func q(s string) resource.Quantity { return resource.MustParse(s) }
 
+// A percentage threshold resolves as upstream's: a float32 fraction (0.1 is a
+// little above a tenth) times capacity.
+const (
+	tenPercentOf100Gi = 10737418400 // not 10737418240
+	tenPercentOf8Gi   = 858993472   // not 858993459
+)
+
 func TestCapacityAndAllocatable(t *testing.T) {
 	tests := []struct {
 		name            string
@@ -47,7 +54,7 @@ func TestCapacityAndAllocatable(t *testing.T) {
 				"hugepages-2Mi": 1 * gi, "hugepages-1Gi": 0,
 			},
 			wantAllocatable: map[v1.ResourceName]int64{
-				v1.ResourceCPU: 4000, v1.ResourceMemory: 8*gi - 100*mi - 1*gi, v1.ResourceEphemeralStorage: 90 * gi, v1.ResourcePods: 110,
+				v1.ResourceCPU: 4000, v1.ResourceMemory: 8*gi - 100*mi - 1*gi, v1.ResourceEphemeralStorage: 100*gi - tenPercentOf100Gi, v1.ResourcePods: 110,
 				"hugepages-2Mi": 1 * gi, "hugepages-1Gi": 0,
 			},
 		},
@@ -65,9 +72,21 @@ func TestCapacityAndAllocatable(t *testing.T) {
 			},
 			wantAllocatable: map[v1.ResourceName]int64{
 				v1.ResourceCPU:              3250,
-				v1.ResourceMemory:           8*gi - gi - 512*mi - 8*gi/10,
+				v1.ResourceMemory:           8*gi - gi - 512*mi - tenPercentOf8Gi,
 				v1.ResourceEphemeralStorage: 100*gi - gi - 5*gi,
 				v1.ResourcePods:             50,
+			},
+		},
+		{
+			// node held back all of capacity for 100%; upstream (and eviction) disable the threshold.
+			name:    "0% and 100% disable a threshold and reserve nothing",
+			kc:      kubeletconfigv1beta1.KubeletConfiguration{MaxPods: 110, EvictionHard: map[string]string{"memory.available": "100%", "nodefs.available": "0%"}},
+			machine: func(m *MachineInfo) { m.HugePages = nil },
+			wantCapacity: map[v1.ResourceName]int64{
+				v1.ResourceCPU: 4000, v1.ResourceMemory: 8 * gi, v1.ResourceEphemeralStorage: 100 * gi, v1.ResourcePods: 110,
+			},
+			wantAllocatable: map[v1.ResourceName]int64{
+				v1.ResourceCPU: 4000, v1.ResourceMemory: 8 * gi, v1.ResourceEphemeralStorage: 100 * gi, v1.ResourcePods: 110,
 			},
 		},
 		{
@@ -92,7 +111,7 @@ func TestCapacityAndAllocatable(t *testing.T) {
 				v1.ResourceCPU: 4000, v1.ResourceMemory: 8 * gi, v1.ResourceEphemeralStorage: 100 * gi, v1.ResourcePods: 20,
 			},
 			wantAllocatable: map[v1.ResourceName]int64{
-				v1.ResourceCPU: 0, v1.ResourceMemory: 0, v1.ResourceEphemeralStorage: 90 * gi, v1.ResourcePods: 20,
+				v1.ResourceCPU: 0, v1.ResourceMemory: 0, v1.ResourceEphemeralStorage: 100*gi - tenPercentOf100Gi, v1.ResourcePods: 20,
 			},
 		},
 		{
@@ -154,6 +173,8 @@ func TestNewRejectsBadResourceConfig(t *testing.T) {
 		{name: "negative systemReserved", kc: kubeletconfigv1beta1.KubeletConfiguration{SystemReserved: map[string]string{"cpu": "-1"}}},
 		{name: "percent over 100", kc: kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: map[string]string{"memory.available": "150%"}}},
 		{name: "bad eviction quantity", kc: kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: map[string]string{"nodefs.available": "x"}}},
+		// node trimmed spaces where config and upstream do not.
+		{name: "eviction value with spaces", kc: kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: map[string]string{"memory.available": " 100Mi"}}},
 		{name: "bad reservedSystemCPUs", kc: kubeletconfigv1beta1.KubeletConfiguration{ReservedSystemCPUs: "2-1"}},
 	}
 	for _, tc := range tests {

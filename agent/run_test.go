@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/internal/dbustest"
 	"github.com/nodelet/nodelet/internal/leakcheck"
 )
@@ -193,7 +193,7 @@ func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...
 	t.Setenv(envLogindDropIn, bus.DropIn)
 	t.Setenv("NOTIFY_SOCKET", "")
 	t.Setenv("WATCHDOG_USEC", "")
-	rt := cri.NewFakeRuntime(t)
+	rt := fakecri.New(t)
 	rt.AddImage("registry.example/app:1")
 	probed := make(chan struct{}, 1)
 	rt.SetExecSync(func(_ string, cmd []string) ([]byte, []byte, int32) {

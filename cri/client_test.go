@@ -15,11 +15,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/cri/fakecri"
 )
 
 const testImage = "registry.local/busybox:1.36"
 
-func newTestClient(t *testing.T, f *FakeRuntime, timeout time.Duration, opts ...Option) *Client {
+func newTestClient(t *testing.T, f *fakecri.Runtime, timeout time.Duration, opts ...Option) *Client {
 	t.Helper()
 	c, err := New(context.Background(), f.Endpoint(), "", timeout, opts...)
 	if err != nil {
@@ -61,20 +63,20 @@ func containerConfig(name, uid string) *runtimeapi.ContainerConfig {
 func TestNewVersionCheck(t *testing.T) {
 	tests := []struct {
 		name    string
-		setup   func(f *FakeRuntime) string // returns the endpoint to dial
-		wantErr []string                    // substrings; nil = success
+		setup   func(f *fakecri.Runtime) string // returns the endpoint to dial
+		wantErr []string                        // substrings; nil = success
 	}{
 		{
 			name:  "v1 runtime",
-			setup: func(f *FakeRuntime) string { return f.Endpoint() },
+			setup: func(f *fakecri.Runtime) string { return f.Endpoint() },
 		},
 		{
 			name:  "bare socket path",
-			setup: func(f *FakeRuntime) string { return strings.TrimPrefix(f.Endpoint(), "unix://") },
+			setup: func(f *fakecri.Runtime) string { return strings.TrimPrefix(f.Endpoint(), "unix://") },
 		},
 		{
 			name: "old API version",
-			setup: func(f *FakeRuntime) string {
+			setup: func(f *fakecri.Runtime) string {
 				f.SetVersion(&runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "containerd", RuntimeVersion: "1.5.0", RuntimeApiVersion: "v1alpha2"})
 				return f.Endpoint()
 			},
@@ -82,7 +84,7 @@ func TestNewVersionCheck(t *testing.T) {
 		},
 		{
 			name: "incomplete version answer",
-			setup: func(f *FakeRuntime) string {
+			setup: func(f *fakecri.Runtime) string {
 				f.SetVersion(&runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "x", RuntimeApiVersion: "v1"})
 				return f.Endpoint()
 			},
@@ -90,7 +92,7 @@ func TestNewVersionCheck(t *testing.T) {
 		},
 		{
 			name: "v1 service not served",
-			setup: func(f *FakeRuntime) string {
+			setup: func(f *fakecri.Runtime) string {
 				f.InjectError("Version", status.Error(codes.Unimplemented, "unknown service runtime.v1.RuntimeService"))
 				return f.Endpoint()
 			},
@@ -98,12 +100,12 @@ func TestNewVersionCheck(t *testing.T) {
 		},
 		{
 			name:    "missing socket",
-			setup:   func(f *FakeRuntime) string { return "unix://" + filepath.Join(t.TempDir(), "nope.sock") },
+			setup:   func(f *fakecri.Runtime) string { return "unix://" + filepath.Join(t.TempDir(), "nope.sock") },
 			wantErr: []string{"is containerd running?", "nope.sock"},
 		},
 		{
 			name: "socket refusing connections",
-			setup: func(f *FakeRuntime) string {
+			setup: func(f *fakecri.Runtime) string {
 				p := filepath.Join(t.TempDir(), "dead.sock")
 				if err := os.WriteFile(p, nil, 0o600); err != nil {
 					t.Fatal(err)
@@ -114,18 +116,18 @@ func TestNewVersionCheck(t *testing.T) {
 		},
 		{
 			name:    "tcp endpoint",
-			setup:   func(f *FakeRuntime) string { return "tcp://127.0.0.1:1234" },
+			setup:   func(f *fakecri.Runtime) string { return "tcp://127.0.0.1:1234" },
 			wantErr: []string{"only unix sockets are supported"},
 		},
 		{
 			name:    "relative path",
-			setup:   func(f *FakeRuntime) string { return "run/containerd.sock" },
+			setup:   func(f *fakecri.Runtime) string { return "run/containerd.sock" },
 			wantErr: []string{"absolute"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := NewFakeRuntime(t)
+			f := fakecri.New(t)
 			ep := tc.setup(f)
 			c, err := New(context.Background(), ep, "", 5*time.Second)
 			if tc.wantErr == nil {
@@ -149,7 +151,7 @@ func TestNewVersionCheck(t *testing.T) {
 }
 
 func TestSeparateImageEndpoint(t *testing.T) {
-	rt, img := NewFakeRuntime(t), NewFakeRuntime(t)
+	rt, img := fakecri.New(t), fakecri.New(t)
 	img.AddImage(testImage)
 	c, err := New(context.Background(), rt.Endpoint(), img.Endpoint(), time.Minute)
 	if err != nil {
@@ -176,7 +178,7 @@ func TestSeparateImageEndpoint(t *testing.T) {
 
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c := newTestClient(t, f, time.Minute)
 
 	if _, err := c.PullImage(ctx, &runtimeapi.ImageSpec{Image: testImage}, nil, nil); err != nil {
@@ -306,7 +308,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestStopPodSandboxStopsContainersAndHostNetwork(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
 	sbCfg := sandboxConfig("host", "uid-h", true)
@@ -354,7 +356,7 @@ func TestStopPodSandboxStopsContainersAndHostNetwork(t *testing.T) {
 
 func TestExitContainer(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
 	sbCfg := sandboxConfig("p", "u", false)
@@ -373,7 +375,7 @@ func TestExitContainer(t *testing.T) {
 
 func TestNotFound(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c := newTestClient(t, f, time.Minute)
 	const id = "deadbeef"
 	tests := []struct {
@@ -477,7 +479,7 @@ func TestTimeouts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := NewFakeRuntime(t)
+			f := fakecri.New(t)
 			f.AddImage(testImage)
 			c := newTestClient(t, f, timeout)
 			sb, ctr := runningContainer(t, c)
@@ -495,7 +497,7 @@ func TestTimeouts(t *testing.T) {
 }
 
 func TestPullImageCancel(t *testing.T) {
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c := newTestClient(t, f, time.Minute)
 	f.SetDelay("PullImage", 10*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -528,7 +530,7 @@ func runningContainer(t *testing.T, c *Client) (sandboxID, containerID string) {
 // TestExecSyncCancel: an exec without a timeout of its own (a postStart hook)
 // ends when its context is cancelled, which is how a pod being deleted stops it.
 func TestExecSyncCancel(t *testing.T) {
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
 	_, ctr := runningContainer(t, c)
@@ -547,7 +549,7 @@ func TestExecSyncCancel(t *testing.T) {
 
 func TestImages(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c := newTestClient(t, f, time.Minute)
 	f.AddImage("registry.local/a:1")
 	f.AddImage("registry.local/b") // gets :latest
@@ -597,7 +599,7 @@ func TestImages(t *testing.T) {
 
 func TestInjectErrorAndCalls(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c := newTestClient(t, f, time.Minute)
 	f.ResetCalls()
 	f.InjectError("ListPodSandbox", status.Error(codes.Internal, "runtime on fire"))
@@ -616,7 +618,7 @@ func TestInjectErrorAndCalls(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	reg := prometheus.NewRegistry()
 	c := newTestClient(t, f, time.Minute, WithMetrics(reg))
 	_, _ = c.ListContainers(ctx, nil)
@@ -643,7 +645,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestContainerEvents(t *testing.T) {
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -658,10 +660,7 @@ func TestContainerEvents(t *testing.T) {
 	// The stream is open client-side; wait until the server has subscribed.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		f.mu.Lock()
-		n := len(f.subscribers)
-		f.mu.Unlock()
-		if n > 0 || time.Now().After(deadline) {
+		if f.EventSubscribers() > 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -704,7 +703,7 @@ func TestContainerEvents(t *testing.T) {
 // TestConcurrentUse drives the fake from many goroutines; run with -race.
 func TestConcurrentUse(t *testing.T) {
 	ctx := context.Background()
-	f := NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(testImage)
 	c := newTestClient(t, f, time.Minute)
 	var wg sync.WaitGroup

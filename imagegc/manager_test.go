@@ -19,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 )
 
 const mib = 1 << 20
@@ -35,14 +36,14 @@ func (r *recorder) Eventf(_ runtime.Object, _, reason, format string, args ...an
 }
 
 type env struct {
-	fake   *cri.FakeRuntime
+	fake   *fakecri.Runtime
 	client *cri.Client
 	ctx    context.Context
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	fake := cri.NewFakeRuntime(t)
+	fake := fakecri.New(t)
 	ctx := context.Background()
 	c, err := cri.New(ctx, fake.Endpoint(), "", 5*time.Second)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 )
 
 const image = "registry.local/pause:1"
@@ -25,7 +26,7 @@ var _ Runtime = (*cri.Client)(nil)
 
 type harness struct {
 	t     testing.TB
-	fake  *cri.FakeRuntime
+	fake  *fakecri.Runtime
 	cli   *cri.Client
 	clock *clocktesting.FakeClock
 	cache *Cache
@@ -34,7 +35,7 @@ type harness struct {
 
 func newHarness(t testing.TB, opts ...Option) *harness {
 	t.Helper()
-	f := cri.NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage(image)
 	c, err := cri.New(context.Background(), f.Endpoint(), "", time.Minute)
 	if err != nil {
@@ -361,7 +362,7 @@ func TestHealthy(t *testing.T) {
 }
 
 func TestHungRuntimeTurnsUnhealthy(t *testing.T) {
-	f := cri.NewFakeRuntime(t)
+	f := fakecri.New(t)
 	c, err := cri.New(context.Background(), f.Endpoint(), "", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/volumes"
@@ -42,7 +43,7 @@ const privateImage = "reg.example.com/team/app:1.0"
 // alice:s3cret may pull it) and pull secrets in three namespaces.
 type privateRegistryRig struct {
 	t       *testing.T
-	fake    *cri.FakeRuntime
+	fake    *fakecri.Runtime
 	client  *cri.Client
 	root    string
 	secrets fakeSecrets
@@ -52,7 +53,7 @@ type privateRegistryRig struct {
 
 func newPrivateRegistryRig(t *testing.T) *privateRegistryRig {
 	ctx := context.Background()
-	fake := cri.NewFakeRuntime(t)
+	fake := fakecri.New(t)
 	fake.RequireAuth("reg.example.com/team/app", "alice", "s3cret")
 	client, err := cri.New(ctx, fake.Endpoint(), "", 10*time.Second)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 )
 
@@ -23,7 +24,7 @@ import (
 // a real relist, as the sync loop does.
 type syncRig struct {
 	t      *testing.T
-	fake   *cri.FakeRuntime
+	fake   *fakecri.Runtime
 	client *cri.Client
 	root   string
 	cache  *pleg.Cache
@@ -32,7 +33,7 @@ type syncRig struct {
 
 func newSyncRig(t *testing.T) *syncRig {
 	t.Helper()
-	fake := cri.NewFakeRuntime(t)
+	fake := fakecri.New(t)
 	client, err := cri.New(context.Background(), fake.Endpoint(), "", 10*time.Second)
 	if err != nil {
 		t.Fatalf("connecting to the fake runtime: %v", err)

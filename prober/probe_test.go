@@ -19,13 +19,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 )
 
 // runningContainer starts a container on a fake CRI and returns a client and its ID.
-func runningContainer(t *testing.T) (*cri.FakeRuntime, *cri.Client, string) {
+func runningContainer(t *testing.T) (*fakecri.Runtime, *cri.Client, string) {
 	t.Helper()
 	ctx := context.Background()
-	f := cri.NewFakeRuntime(t)
+	f := fakecri.New(t)
 	f.AddImage("busybox")
 	c, err := cri.New(ctx, f.Endpoint(), f.Endpoint(), 5*time.Second)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
@@ -24,7 +25,7 @@ import (
 )
 
 // Hand-written fakes for the loop's collaborators that talk to the API server or
-// the host; the runtime side is real (cri.FakeRuntime over gRPC, real PLEG).
+// the host; the runtime side is real (fakecri.Runtime over gRPC, real PLEG).
 
 type fakeSources struct {
 	ch    chan podconfig.Update
@@ -91,7 +92,7 @@ func (noEnv) Secret(ctx context.Context, ns, name string) (*v1.Secret, error)   
 func (noEnv) Services(ctx context.Context, ns string) ([]*v1.Service, error)        { return nil, nil }
 
 type rig struct {
-	fake    *cri.FakeRuntime
+	fake    *fakecri.Runtime
 	client  *cri.Client
 	sources *fakeSources
 	status  *fakeStatus
@@ -105,10 +106,10 @@ type rig struct {
 // rigOption changes the rig's wiring before the loop starts (e.g. adds probes).
 type rigOption func(ctx context.Context, r *rig, cfg *podruntime.Config, deps *Deps)
 
-func newRig(t *testing.T, fake *cri.FakeRuntime, opts ...rigOption) *rig {
+func newRig(t *testing.T, fake *fakecri.Runtime, opts ...rigOption) *rig {
 	t.Helper()
 	if fake == nil {
-		fake = cri.NewFakeRuntime(t)
+		fake = fakecri.New(t)
 		fake.AddImage("busybox:1")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,7 +158,7 @@ func (r *rig) ready() {
 }
 
 // countOf counts the calls of method the fake runtime served.
-func countOf(fake *cri.FakeRuntime, method string) int {
+func countOf(fake *fakecri.Runtime, method string) int {
 	n := 0
 	for _, c := range fake.Calls() {
 		if c == method {
@@ -261,7 +262,7 @@ func TestPodRunsThenIsDeletedAndReclaimed(t *testing.T) {
 }
 
 func TestRestartAdoptsRunningPods(t *testing.T) {
-	fake := cri.NewFakeRuntime(t)
+	fake := fakecri.New(t)
 	fake.AddImage("busybox:1")
 	pod := newPod("uid-2", "adopted")
 	first := newRig(t, fake)
@@ -293,7 +294,7 @@ func TestRestartAdoptsRunningPods(t *testing.T) {
 }
 
 func TestOrphanedPodIsKilledOnceSourcesAreReady(t *testing.T) {
-	fake := cri.NewFakeRuntime(t)
+	fake := fakecri.New(t)
 	fake.AddImage("busybox:1")
 	first := newRig(t, fake)
 	first.ready()

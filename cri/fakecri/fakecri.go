@@ -1,4 +1,7 @@
-package cri
+// Package fakecri is test support: an in-memory CRI runtime served over gRPC for
+// tests that want cri.Client and the wire format. It imports testing, so only
+// tests may import it (cmd/nodelet checks the binary does not link it).
+package fakecri
 
 import (
 	"cmp"
@@ -24,7 +27,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// FakeRuntime is an in-memory CRI v1 runtime and image service served over gRPC
+// Runtime is an in-memory CRI v1 runtime and image service served over gRPC
 // on a unix socket, for tests that want the real client and wire format. It
 // keeps a containerd-like state machine and is safe for concurrent use.
 //
@@ -42,7 +45,7 @@ import (
 //     RequireAuth to make a repository private (then only its credential pulls).
 //   - Stats, streaming (Exec/Attach/PortForward URLs), checkpoint/restore and
 //     the Stream* list RPCs answer Unimplemented.
-type FakeRuntime struct {
+type Runtime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
@@ -95,24 +98,24 @@ type fakeContainer struct {
 }
 
 var (
-	_ runtimeapi.RuntimeServiceServer = (*FakeRuntime)(nil)
-	_ runtimeapi.ImageServiceServer   = (*FakeRuntime)(nil)
+	_ runtimeapi.RuntimeServiceServer = (*Runtime)(nil)
+	_ runtimeapi.ImageServiceServer   = (*Runtime)(nil)
 )
 
-// NewFakeRuntime starts a FakeRuntime on a socket in a fresh temp dir and stops
+// New starts a Runtime on a socket in a fresh temp dir and stops
 // it when the test ends.
-func NewFakeRuntime(t testing.TB) *FakeRuntime {
+func New(t testing.TB) *Runtime {
 	t.Helper()
 	// Not t.TempDir(): long test names overflow the 108-byte sun_path limit.
 	dir, err := os.MkdirTemp("", "fakecri")
 	if err != nil {
 		t.Fatalf("creating fake CRI socket dir: %v", err)
 	}
-	f := &FakeRuntime{
+	f := &Runtime{
 		t:   t,
 		dir: dir,
 		version: &runtimeapi.VersionResponse{
-			Version: "0.1.0", RuntimeName: "fakeruntime", RuntimeVersion: "1.0.0", RuntimeApiVersion: CRIVersion,
+			Version: "0.1.0", RuntimeName: "fakeruntime", RuntimeVersion: "1.0.0", RuntimeApiVersion: "v1", // the API it serves: runtimeapi is CRI v1
 		},
 		conditions: map[string]*runtimeapi.RuntimeCondition{
 			runtimeapi.RuntimeReady: {Type: runtimeapi.RuntimeReady, Status: true},
@@ -151,13 +154,13 @@ func NewFakeRuntime(t testing.TB) *FakeRuntime {
 }
 
 // Endpoint is the unix:// endpoint to give cri.New.
-func (f *FakeRuntime) Endpoint() string { return f.endpoint }
+func (f *Runtime) Endpoint() string { return f.endpoint }
 
 // --- test controls ---
 
 // InjectError makes the next call of method (e.g. "ListPodSandbox") fail with
 // err. Several injections for one method are used in order.
-func (f *FakeRuntime) InjectError(method string, err error) {
+func (f *Runtime) InjectError(method string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.injected[method] = append(f.injected[method], err)
@@ -165,7 +168,7 @@ func (f *FakeRuntime) InjectError(method string, err error) {
 
 // SetDelay makes every call of method wait d (or until the caller gives up)
 // before it is served; d = 0 removes the delay.
-func (f *FakeRuntime) SetDelay(method string, d time.Duration) {
+func (f *Runtime) SetDelay(method string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if d <= 0 {
@@ -176,42 +179,49 @@ func (f *FakeRuntime) SetDelay(method string, d time.Duration) {
 }
 
 // Calls returns the names of the methods called so far, in order.
-func (f *FakeRuntime) Calls() []string {
+func (f *Runtime) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
 }
 
+// EventSubscribers is how many GetContainerEvents streams are open server-side.
+func (f *Runtime) EventSubscribers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subscribers)
+}
+
 // ResetCalls forgets the recorded calls.
-func (f *FakeRuntime) ResetCalls() {
+func (f *Runtime) ResetCalls() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = nil
 }
 
 // SetVersion replaces the Version answer (e.g. to play an old runtime).
-func (f *FakeRuntime) SetVersion(v *runtimeapi.VersionResponse) {
+func (f *Runtime) SetVersion(v *runtimeapi.VersionResponse) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.version = proto.Clone(v).(*runtimeapi.VersionResponse)
 }
 
 // SetCondition sets a runtime condition reported by Status (RuntimeReady, NetworkReady, ...).
-func (f *FakeRuntime) SetCondition(condType string, ok bool, reason, message string) {
+func (f *Runtime) SetCondition(condType string, ok bool, reason, message string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.conditions[condType] = &runtimeapi.RuntimeCondition{Type: condType, Status: ok, Reason: reason, Message: message}
 }
 
 // SetExecSync sets what ExecSync answers for running containers (default: exit 0, no output).
-func (f *FakeRuntime) SetExecSync(fn func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)) {
+func (f *Runtime) SetExecSync(fn func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.execFn = fn
 }
 
 // AddImage makes ref present in the image store, as if it had been pulled.
-func (f *FakeRuntime) AddImage(ref string) {
+func (f *Runtime) AddImage(ref string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.addImageLocked(ref)
@@ -220,7 +230,7 @@ func (f *FakeRuntime) AddImage(ref string) {
 // RequireAuth makes repo (an image reference without tag or digest, as pods
 // write it) private, like a registry with basic auth: PullImage of it then
 // fails without username and password. Images already present stay usable.
-func (f *FakeRuntime) RequireAuth(repo, username, password string) {
+func (f *Runtime) RequireAuth(repo, username, password string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.private[repo] = &runtimeapi.AuthConfig{Username: username, Password: password}
@@ -228,17 +238,17 @@ func (f *FakeRuntime) RequireAuth(repo, username, password string) {
 
 // ExitContainer makes a running container exit with code and reason ("" means
 // "Completed" for 0 and "Error" otherwise), as if its process had ended.
-func (f *FakeRuntime) ExitContainer(id string, code int32, reason string) {
+func (f *Runtime) ExitContainer(id string, code int32, reason string) {
 	f.t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[id]
 	if !ok {
-		f.t.Errorf("FakeRuntime.ExitContainer: no container %s", id)
+		f.t.Errorf("Runtime.ExitContainer: no container %s", id)
 		return
 	}
 	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		f.t.Errorf("FakeRuntime.ExitContainer: container %s is %s, not running", id, c.state)
+		f.t.Errorf("Runtime.ExitContainer: container %s is %s, not running", id, c.state)
 		return
 	}
 	f.exitLocked(c, code, reason)
@@ -246,7 +256,7 @@ func (f *FakeRuntime) ExitContainer(id string, code int32, reason string) {
 
 // ContainerConfig returns a copy of the config a container was created with
 // (nil if unknown).
-func (f *FakeRuntime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
+func (f *Runtime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[id]
@@ -257,7 +267,7 @@ func (f *FakeRuntime) ContainerConfig(id string) *runtimeapi.ContainerConfig {
 }
 
 // SandboxConfig returns a copy of the config a sandbox was run with (nil if unknown).
-func (f *FakeRuntime) SandboxConfig(id string) *runtimeapi.PodSandboxConfig {
+func (f *Runtime) SandboxConfig(id string) *runtimeapi.PodSandboxConfig {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sandboxes[id]
@@ -268,7 +278,7 @@ func (f *FakeRuntime) SandboxConfig(id string) *runtimeapi.PodSandboxConfig {
 }
 
 // SandboxRuntimeHandler returns the runtime handler a sandbox was run with.
-func (f *FakeRuntime) SandboxRuntimeHandler(id string) string {
+func (f *Runtime) SandboxRuntimeHandler(id string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s, ok := f.sandboxes[id]; ok {
@@ -283,7 +293,7 @@ func methodName(fullMethod string) string {
 	return fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 }
 
-func (f *FakeRuntime) before(ctx context.Context, method string) error {
+func (f *Runtime) before(ctx context.Context, method string) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, method)
 	d := f.delays[method]
@@ -304,14 +314,14 @@ func (f *FakeRuntime) before(ctx context.Context, method string) error {
 	return err
 }
 
-func (f *FakeRuntime) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (f *Runtime) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := f.before(ctx, methodName(info.FullMethod)); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
-func (f *FakeRuntime) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (f *Runtime) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := f.before(ss.Context(), methodName(info.FullMethod)); err != nil {
 		return err
 	}
@@ -322,7 +332,7 @@ func (f *FakeRuntime) streamInterceptor(srv any, ss grpc.ServerStream, info *grp
 
 // nowLocked returns a strictly increasing nanosecond timestamp, so "newest
 // first" orderings are deterministic even on coarse clocks.
-func (f *FakeRuntime) nowLocked() int64 {
+func (f *Runtime) nowLocked() int64 {
 	n := time.Now().UnixNano()
 	if n <= f.lastTime {
 		n = f.lastTime + 1
@@ -356,7 +366,7 @@ func repository(ref string) string {
 	return ref
 }
 
-func (f *FakeRuntime) addImageLocked(ref string) *runtimeapi.Image {
+func (f *Runtime) addImageLocked(ref string) *runtimeapi.Image {
 	if img := f.findImageLocked(ref); img != nil {
 		return img
 	}
@@ -373,7 +383,7 @@ func (f *FakeRuntime) addImageLocked(ref string) *runtimeapi.Image {
 	return img
 }
 
-func (f *FakeRuntime) findImageLocked(ref string) *runtimeapi.Image {
+func (f *Runtime) findImageLocked(ref string) *runtimeapi.Image {
 	if ref == "" {
 		return nil
 	}
@@ -392,7 +402,7 @@ func (f *FakeRuntime) findImageLocked(ref string) *runtimeapi.Image {
 	return nil
 }
 
-func (f *FakeRuntime) exitLocked(c *fakeContainer, code int32, reason string) {
+func (f *Runtime) exitLocked(c *fakeContainer, code int32, reason string) {
 	if reason == "" {
 		reason = "Completed"
 		if code != 0 {
@@ -410,7 +420,7 @@ func hostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
 	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
-func (f *FakeRuntime) sandboxStatusLocked(s *fakeSandbox) *runtimeapi.PodSandboxStatus {
+func (f *Runtime) sandboxStatusLocked(s *fakeSandbox) *runtimeapi.PodSandboxStatus {
 	st := &runtimeapi.PodSandboxStatus{
 		Id:             s.id,
 		Metadata:       proto.Clone(s.config.GetMetadata()).(*runtimeapi.PodSandboxMetadata),
@@ -438,7 +448,7 @@ func namespaceOptions(cfg *runtimeapi.PodSandboxConfig) *runtimeapi.NamespaceOpt
 	return &runtimeapi.NamespaceOption{}
 }
 
-func (f *FakeRuntime) containerLocked(c *fakeContainer) *runtimeapi.Container {
+func (f *Runtime) containerLocked(c *fakeContainer) *runtimeapi.Container {
 	return &runtimeapi.Container{
 		Id:           c.id,
 		PodSandboxId: c.sandboxID,
@@ -453,7 +463,7 @@ func (f *FakeRuntime) containerLocked(c *fakeContainer) *runtimeapi.Container {
 	}
 }
 
-func (f *FakeRuntime) containerStatusLocked(c *fakeContainer) *runtimeapi.ContainerStatus {
+func (f *Runtime) containerStatusLocked(c *fakeContainer) *runtimeapi.ContainerStatus {
 	st := &runtimeapi.ContainerStatus{
 		Id:          c.id,
 		Metadata:    proto.Clone(c.config.GetMetadata()).(*runtimeapi.ContainerMetadata),
@@ -482,7 +492,7 @@ func (f *FakeRuntime) containerStatusLocked(c *fakeContainer) *runtimeapi.Contai
 
 // emitLocked fans an event out to GetContainerEvents streams; a subscriber
 // that does not keep up loses events rather than blocking the runtime.
-func (f *FakeRuntime) emitLocked(id, sandboxID string, typ runtimeapi.ContainerEventType) {
+func (f *Runtime) emitLocked(id, sandboxID string, typ runtimeapi.ContainerEventType) {
 	if len(f.subscribers) == 0 {
 		return
 	}
@@ -503,7 +513,7 @@ func (f *FakeRuntime) emitLocked(id, sandboxID string, typ runtimeapi.ContainerE
 	}
 }
 
-func (f *FakeRuntime) sortedContainersLocked() []*fakeContainer {
+func (f *Runtime) sortedContainersLocked() []*fakeContainer {
 	out := slices.Collect(maps.Values(f.containers))
 	slices.SortFunc(out, func(a, b *fakeContainer) int { return cmp.Compare(a.createdAt, b.createdAt) })
 	return out
@@ -520,13 +530,13 @@ func labelsMatch(have, want map[string]string) bool {
 
 // --- RuntimeService ---
 
-func (f *FakeRuntime) Version(_ context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+func (f *Runtime) Version(_ context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return proto.Clone(f.version).(*runtimeapi.VersionResponse), nil
 }
 
-func (f *FakeRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+func (f *Runtime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
 	m := cfg.GetMetadata()
 	if m.GetName() == "" || m.GetNamespace() == "" || m.GetUid() == "" {
@@ -557,7 +567,7 @@ func (f *FakeRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSan
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: s.id}, nil
 }
 
-func (f *FakeRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+func (f *Runtime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sandboxes[req.GetPodSandboxId()]
@@ -576,7 +586,7 @@ func (f *FakeRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodS
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }
 
-func (f *FakeRuntime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+func (f *Runtime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sandboxes[req.GetPodSandboxId()]
@@ -599,7 +609,7 @@ func (f *FakeRuntime) RemovePodSandbox(_ context.Context, req *runtimeapi.Remove
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
-func (f *FakeRuntime) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+func (f *Runtime) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sandboxes[req.GetPodSandboxId()]
@@ -609,7 +619,7 @@ func (f *FakeRuntime) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSan
 	return &runtimeapi.PodSandboxStatusResponse{Status: f.sandboxStatusLocked(s)}, nil
 }
 
-func (f *FakeRuntime) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+func (f *Runtime) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	flt := req.GetFilter()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -638,7 +648,7 @@ func (f *FakeRuntime) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodS
 	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
 }
 
-func (f *FakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+func (f *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	cfg := req.GetConfig()
 	if cfg.GetMetadata().GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "container config must have a metadata name")
@@ -678,7 +688,7 @@ func (f *FakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateC
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.id}, nil
 }
 
-func (f *FakeRuntime) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+func (f *Runtime) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -697,7 +707,7 @@ func (f *FakeRuntime) StartContainer(_ context.Context, req *runtimeapi.StartCon
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 
-func (f *FakeRuntime) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+func (f *Runtime) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -711,7 +721,7 @@ func (f *FakeRuntime) StopContainer(_ context.Context, req *runtimeapi.StopConta
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
-func (f *FakeRuntime) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+func (f *Runtime) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -727,7 +737,7 @@ func (f *FakeRuntime) RemoveContainer(_ context.Context, req *runtimeapi.RemoveC
 	return &runtimeapi.RemoveContainerResponse{}, nil
 }
 
-func (f *FakeRuntime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+func (f *Runtime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	flt := req.GetFilter()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -750,7 +760,7 @@ func (f *FakeRuntime) ListContainers(_ context.Context, req *runtimeapi.ListCont
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
 
-func (f *FakeRuntime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+func (f *Runtime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -760,7 +770,7 @@ func (f *FakeRuntime) ContainerStatus(_ context.Context, req *runtimeapi.Contain
 	return &runtimeapi.ContainerStatusResponse{Status: f.containerStatusLocked(c)}, nil
 }
 
-func (f *FakeRuntime) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+func (f *Runtime) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -779,7 +789,7 @@ func (f *FakeRuntime) UpdateContainerResources(_ context.Context, req *runtimeap
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
-func (f *FakeRuntime) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
+func (f *Runtime) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.containers[req.GetContainerId()]
@@ -792,7 +802,7 @@ func (f *FakeRuntime) ReopenContainerLog(_ context.Context, req *runtimeapi.Reop
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }
 
-func (f *FakeRuntime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+func (f *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
 	f.mu.Lock()
 	c, ok := f.containers[req.GetContainerId()]
 	fn := f.execFn
@@ -811,11 +821,11 @@ func (f *FakeRuntime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncReques
 	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: code}, nil
 }
 
-func (f *FakeRuntime) UpdateRuntimeConfig(_ context.Context, _ *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+func (f *Runtime) UpdateRuntimeConfig(_ context.Context, _ *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
 }
 
-func (f *FakeRuntime) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+func (f *Runtime) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := &runtimeapi.RuntimeStatus{}
@@ -825,11 +835,11 @@ func (f *FakeRuntime) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*r
 	return &runtimeapi.StatusResponse{Status: st}, nil
 }
 
-func (f *FakeRuntime) RuntimeConfig(_ context.Context, _ *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+func (f *Runtime) RuntimeConfig(_ context.Context, _ *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS}}, nil
 }
 
-func (f *FakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
+func (f *Runtime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
 	ch := make(chan *runtimeapi.ContainerEventResponse, 1000)
 	f.mu.Lock()
 	f.subscribers[ch] = struct{}{}
@@ -853,7 +863,7 @@ func (f *FakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream 
 
 // --- ImageService ---
 
-func (f *FakeRuntime) ListImages(_ context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+func (f *Runtime) ListImages(_ context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var want *runtimeapi.Image
@@ -871,7 +881,7 @@ func (f *FakeRuntime) ListImages(_ context.Context, req *runtimeapi.ListImagesRe
 	return &runtimeapi.ListImagesResponse{Images: out}, nil
 }
 
-func (f *FakeRuntime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+func (f *Runtime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	img := f.findImageLocked(req.GetImage().GetImage())
@@ -881,7 +891,7 @@ func (f *FakeRuntime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatus
 	return &runtimeapi.ImageStatusResponse{Image: proto.Clone(img).(*runtimeapi.Image)}, nil
 }
 
-func (f *FakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+func (f *Runtime) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	ref := req.GetImage().GetImage()
 	if ref == "" {
 		return nil, status.Error(codes.InvalidArgument, "image reference is empty")
@@ -898,7 +908,7 @@ func (f *FakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequ
 	return &runtimeapi.PullImageResponse{ImageRef: f.addImageLocked(ref).Id}, nil
 }
 
-func (f *FakeRuntime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+func (f *Runtime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// Like containerd, removing by one tag drops every tag of the image.
@@ -908,7 +918,7 @@ func (f *FakeRuntime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImage
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
-func (f *FakeRuntime) ImageFsInfo(_ context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+func (f *Runtime) ImageFsInfo(_ context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var used uint64

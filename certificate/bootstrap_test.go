@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 const testNode = "node-a"
@@ -201,7 +203,7 @@ func TestBootstrapperRestartReusesPendingCSR(t *testing.T) {
 	first, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := newBootstrapper(dir, cp, fc).Run(first); done <- err }()
-	waitUntil(t, func() bool { return len(cp.createdNames()) == 1 })
+	eventually.True(t, "one CSR", func() bool { return len(cp.createdNames()) == 1 })
 	cancel() // nodelet stops while waiting for approval
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first run: %v, want canceled", err)
@@ -246,17 +248,6 @@ func TestClientCSRNameIsStable(t *testing.T) {
 	}
 	if !strings.HasPrefix(a.name, "node-csr-") {
 		t.Errorf("name %s", a.name)
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

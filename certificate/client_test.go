@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/certificate"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 func TestNewClientDecision(t *testing.T) {
@@ -253,7 +255,7 @@ func TestClientRotationUsesNewCertificate(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(runCtx, nil) }()
 	defer func() { stop(); <-done }()
-	waitUntil(t, func() bool { cur := c.Current(); return cur != nil && cur.Leaf.SerialNumber.Cmp(oldSerial) != 0 })
+	eventually.True(t, "a rotated certificate", func() bool { cur := c.Current(); return cur != nil && cur.Leaf.SerialNumber.Cmp(oldSerial) != 0 })
 	newSerial := c.Current().Leaf.SerialNumber
 	// Run closes the connections within a second of the change.
 	deadline := time.Now().Add(5 * time.Second)

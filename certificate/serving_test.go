@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 func TestServingTemplate(t *testing.T) {
@@ -119,7 +121,7 @@ func TestServingFilesReloaded(t *testing.T) {
 	// A half-written pair (new cert, old key) is refused; the old pair stays.
 	c2, k2 := ca.clientPair(t, testNode, time.Now(), time.Now().Add(2*time.Hour))
 	os.WriteFile(certFile, c2, 0o644)
-	waitUntil(t, fc.HasWaiters)
+	eventually.True(t, "the rotation timer", fc.HasWaiters)
 	fc.Step(11 * time.Second)
 	time.Sleep(50 * time.Millisecond)
 	if got := s.Current().Leaf.SerialNumber; got.Cmp(serial1) != 0 {
@@ -127,7 +129,7 @@ func TestServingFilesReloaded(t *testing.T) {
 	}
 	os.WriteFile(keyFile, k2, 0o600)
 	want := readPEMCert(t, c2).SerialNumber
-	waitUntil(t, func() bool {
+	eventually.True(t, "the new serving certificate", func() bool {
 		if fc.HasWaiters() {
 			fc.Step(11 * time.Second)
 		}
@@ -155,7 +157,7 @@ func TestServingBootstrap(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx, nil) }()
 	defer func() { cancel(); <-done }()
-	waitUntil(t, func() bool { return s.Current() != nil })
+	eventually.True(t, "a serving certificate", func() bool { return s.Current() != nil })
 
 	if len(cp.csrs) != 1 {
 		t.Fatalf("%d serving CSRs", len(cp.csrs))

@@ -25,6 +25,8 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 var testNow = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -360,7 +362,7 @@ func TestRegisterRetriesWithBackoff(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.c.Register(context.Background()) }()
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		waitForWaiter(t, h.clk)
+		eventually.True(t, "a waiter on the fake clock", h.clk.HasWaiters)
 		h.clk.Step(d - time.Millisecond)
 		select {
 		case err := <-done:
@@ -390,7 +392,7 @@ func TestRegisterStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.c.Register(ctx) }()
-	waitForWaiter(t, h.clk)
+	eventually.True(t, "a waiter on the fake clock", h.clk.HasWaiters)
 	cancel()
 	select {
 	case err := <-done:
@@ -422,17 +424,6 @@ func TestRegisterNodeFalse(t *testing.T) {
 	}
 	if h.c.Node() == nil {
 		t.Error("Node() nil after a status update")
-	}
-}
-
-func waitForWaiter(t *testing.T, clk *clocktesting.FakeClock) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing waited on the fake clock")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -721,7 +712,7 @@ func TestLeaseEnsureBacksOff(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.c.syncLease(context.Background()); close(done) }()
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
-		waitForWaiter(t, h.clk)
+		eventually.True(t, "a waiter on the fake clock", h.clk.HasWaiters)
 		h.clk.Step(d)
 	}
 	select {
@@ -742,22 +733,22 @@ func TestRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.c.Run(ctx); close(done) }()
 
-	eventually(t, "node registered and lease created", func() bool { return h.c.Node() != nil && h.lease() != nil })
+	eventually.True(t, "node registered and lease created", func() bool { return h.c.Node() != nil && h.lease() != nil })
 	// Both loops now wait: status for 10s, lease for 10s, each +≤4% jitter.
-	eventually(t, "both loops waiting", func() bool { return h.clk.Waiters() == 2 })
+	eventually.True(t, "both loops waiting", func() bool { return h.clk.Waiters() == 2 })
 	h.clk.Step(9900 * time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	if !h.lease().Spec.RenewTime.Time.Equal(testNow) {
 		t.Fatalf("lease renewed before 10s: %v", h.lease().Spec.RenewTime)
 	}
 	h.clk.Step(600 * time.Millisecond)
-	eventually(t, "lease renewed after 10s", func() bool { return h.lease().Spec.RenewTime.Time.Equal(h.clk.Now()) })
+	eventually.True(t, "lease renewed after 10s", func() bool { return h.lease().Spec.RenewTime.Time.Equal(h.clk.Now()) })
 
 	// A readiness change is reported without waiting for the period.
-	eventually(t, "both loops waiting", func() bool { return h.clk.Waiters() == 2 })
+	eventually.True(t, "both loops waiting", func() bool { return h.clk.Waiters() == 2 })
 	h.ready.set("node is shutting down")
 	h.c.TriggerStatusUpdate()
-	eventually(t, "NotReady reported", func() bool {
+	eventually.True(t, "NotReady reported", func() bool {
 		c := condition(h.node(t), v1.NodeReady)
 		return c.Status == v1.ConditionFalse && c.Message == "node is shutting down"
 	})
@@ -767,17 +758,6 @@ func TestRun(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -911,15 +891,15 @@ func TestRunReportsReadyFastAtStartup(t *testing.T) {
 	go func() { h.c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	eventually(t, "registered NotReady", func() bool { return h.c.Node() != nil })
+	eventually.True(t, "registered NotReady", func() bool { return h.c.Node() != nil })
 	if c := condition(h.node(t), v1.NodeReady); c.Status != v1.ConditionFalse {
 		t.Fatalf("Ready = %s at start, want False", c.Status)
 	}
 	// status, lease and the fast readiness poll all wait on the clock.
-	eventually(t, "three loops waiting", func() bool { return h.clk.Waiters() == 3 })
+	eventually.True(t, "three loops waiting", func() bool { return h.clk.Waiters() == 3 })
 	h.ready.set()
 	h.clk.Step(fastReadyPollPeriod)
-	eventually(t, "Ready reported", func() bool { return condition(h.node(t), v1.NodeReady).Status == v1.ConditionTrue })
+	eventually.True(t, "Ready reported", func() bool { return condition(h.node(t), v1.NodeReady).Status == v1.ConditionTrue })
 	if since := h.clk.Since(testNow); since >= 10*time.Second {
 		t.Errorf("Ready reported after %v, want within the fast poll", since)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -59,7 +60,7 @@ func TestAPISourceOps(t *testing.T) {
 	if u.Pods[0].Annotations[podutil.AnnotationConfigSource] != podutil.SourceAPI {
 		t.Errorf("source annotation = %q", u.Pods[0].Annotations[podutil.AnnotationConfigSource])
 	}
-	waitFor(t, c.SourcesReady)
+	eventually.True(t, "the sources to be ready", c.SourcesReady)
 
 	get := func(name string) *v1.Pod {
 		p, err := pods.Get(ctx, name, metav1.GetOptions{})
@@ -276,15 +277,15 @@ func TestMirrorReconcilerEndToEnd(t *testing.T) {
 	wg.Go(func() { c.RunMirrorReconciler(ctx, client, func() types.UID { return "node-uid" }, time.Hour) })
 
 	static := staticFixture(t, c)
-	waitFor(t, func() bool { _, ok := c.MirrorPod(static.UID); return ok })
-	waitFor(t, c.SourcesReady)
+	eventually.True(t, "the mirror pod", func() bool { _, ok := c.MirrorPod(static.UID); return ok })
+	eventually.True(t, "the sources to be ready", c.SourcesReady)
 	expectNone(t, c) // the mirror is not a pod to run
 
 	c.setSnapshot(podutil.SourceFile, nil)
 	if u := next(t, c); u.Op != OpRemove {
 		t.Fatalf("got %s, want Remove", u.Op)
 	}
-	waitFor(t, func() bool {
+	eventually.True(t, "the mirror pod to be deleted", func() bool {
 		_, err := client.CoreV1().Pods(static.Namespace).Get(ctx, static.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -302,23 +303,12 @@ func TestRunFileSourcePolls(t *testing.T) {
 	go func() { defer close(done); c.RunFileSource(ctx, dir, 20*time.Second) }()
 	defer func() { cancel(); <-done }()
 
-	waitFor(t, c.SourcesReady)
+	eventually.True(t, "the sources to be ready", c.SourcesReady)
 	writeFile(t, filepath.Join(dir, "web.yaml"), goodPod)
-	waitFor(t, clk.HasWaiters)
+	eventually.True(t, "the file source's timer", clk.HasWaiters)
 	clk.Step(20 * time.Second)
 	if u := next(t, c); u.Op != OpAdd || len(u.Pods) != 1 {
 		t.Fatalf("got %s, want Add after one period", u.Op)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 func TestRunHook(t *testing.T) {
@@ -62,7 +64,7 @@ func TestRunHook(t *testing.T) {
 			_, err := h.RunHook(context.Background(), clk, pod, target, &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 5}})
 			done <- err
 		}()
-		eventually(t, "the sleep waiting", clk.HasWaiters)
+		eventually.True(t, "the sleep waiting", clk.HasWaiters)
 		select {
 		case <-done:
 			t.Fatal("sleep hook returned before its time")

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // fakeExec answers exec probes from a per-command result the test changes.
@@ -102,21 +104,10 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // tick advances one period once the worker waits on its ticker again.
 func (h *harness) tick(t *testing.T, d time.Duration) {
 	t.Helper()
-	eventually(t, "a waiting worker", h.clk.HasWaiters)
+	eventually.True(t, "a waiting worker", h.clk.HasWaiters)
 	h.clk.Step(d)
 	// The fake ticker drops ticks the worker has not taken yet; give it time to take this one.
 	time.Sleep(20 * time.Millisecond)
@@ -140,29 +131,29 @@ func TestReadinessInitialFailureThenThresholds(t *testing.T) {
 	}
 	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
 	h.m.UpdatePodStatus(pod, runningStatus(true, h.clk.Now()))
-	eventually(t, "the initial Failure", func() bool { r, ok := h.m.readiness.get("c1"); return ok && r == Failure })
+	eventually.True(t, "the initial Failure", func() bool { r, ok := h.m.readiness.get("c1"); return ok && r == Failure })
 	if u := <-h.m.ReadinessUpdates(); u.ContainerID != "c1" || u.Result != Failure || u.PodUID != pod.UID {
 		t.Errorf("first readiness update = %+v", u)
 	}
 	h.exec.set("ready", false)
 	h.tick(t, time.Second)
-	eventually(t, "a successful probe", func() bool { return h.exec.count("ready") >= 2 })
+	eventually.True(t, "a successful probe", func() bool { return h.exec.count("ready") >= 2 })
 	if h.m.Ready(pod.UID, "app", "c1") {
 		t.Fatal("ready after one success with successThreshold 2")
 	}
 	h.tick(t, time.Second)
-	eventually(t, "ready after two successes", func() bool { return h.m.Ready(pod.UID, "app", "c1") })
+	eventually.True(t, "ready after two successes", func() bool { return h.m.Ready(pod.UID, "app", "c1") })
 	if u := <-h.m.ReadinessUpdates(); u.Result != Success {
 		t.Errorf("readiness update = %+v, want success", u)
 	}
 	h.exec.set("ready", true)
 	h.tick(t, time.Second)
-	eventually(t, "a failed probe", func() bool { return h.exec.count("ready") >= 4 })
+	eventually.True(t, "a failed probe", func() bool { return h.exec.count("ready") >= 4 })
 	if !h.m.Ready(pod.UID, "app", "c1") {
 		t.Fatal("unready after one failure with failureThreshold 2")
 	}
 	h.tick(t, time.Second)
-	eventually(t, "unready after two failures", func() bool { return !h.m.Ready(pod.UID, "app", "c1") })
+	eventually.True(t, "unready after two failures", func() bool { return !h.m.Ready(pod.UID, "app", "c1") })
 	select {
 	case e := <-h.rec.Events:
 		if !strings.Contains(e, "Unhealthy Readiness probe failed: ready says no") {
@@ -178,13 +169,13 @@ func TestLivenessFailureHoldsUntilNewContainer(t *testing.T) {
 	pod := podWith(v1.Container{Name: "app", LivenessProbe: execProbe("alive", 1, 1)})
 	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
 	h.m.AddPod(h.ctx, pod)
-	eventually(t, "initial Success", func() bool { r, ok := h.m.liveness.get("c1"); return ok && r == Success })
+	eventually.True(t, "initial Success", func() bool { r, ok := h.m.liveness.get("c1"); return ok && r == Success })
 	if _, bad := h.m.Unhealthy("c1"); bad {
 		t.Fatal("unhealthy with liveness initially Success")
 	}
 	h.exec.set("alive", true)
 	h.tick(t, time.Second)
-	eventually(t, "liveness failure", func() bool { p, bad := h.m.Unhealthy("c1"); return bad && p == "liveness" })
+	eventually.True(t, "liveness failure", func() bool { p, bad := h.m.Unhealthy("c1"); return bad && p == "liveness" })
 	n := h.exec.count("alive")
 	// On hold: the dying container is not probed again.
 	h.tick(t, time.Second)
@@ -198,7 +189,7 @@ func TestLivenessFailureHoldsUntilNewContainer(t *testing.T) {
 	st.ContainerStatuses[0].ContainerID = "containerd://c2"
 	h.status.set(pod.UID, st)
 	h.tick(t, time.Second)
-	eventually(t, "the new container probed", func() bool { return h.exec.count("alive") > n })
+	eventually.True(t, "the new container probed", func() bool { return h.exec.count("alive") > n })
 	if _, bad := h.m.Unhealthy("c2"); bad {
 		t.Error("new container unhealthy")
 	}
@@ -217,7 +208,7 @@ func TestStartupGatesLivenessAndReadiness(t *testing.T) {
 	h.exec.set("startup", true)
 	h.status.set(pod.UID, runningStatus(false, h.clk.Now()))
 	h.m.AddPod(h.ctx, pod)
-	eventually(t, "a startup probe", func() bool { return h.exec.count("startup") >= 1 })
+	eventually.True(t, "a startup probe", func() bool { return h.exec.count("startup") >= 1 })
 	if h.m.Started(pod.UID, "app", "c1") {
 		t.Error("started before the startup probe passed")
 	}
@@ -228,11 +219,11 @@ func TestStartupGatesLivenessAndReadiness(t *testing.T) {
 	}
 	h.exec.set("startup", false)
 	h.tick(t, time.Second)
-	eventually(t, "started", func() bool { return h.m.Started(pod.UID, "app", "c1") })
+	eventually.True(t, "started", func() bool { return h.m.Started(pod.UID, "app", "c1") })
 	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
 	n := h.exec.count("startup")
 	h.tick(t, time.Second)
-	eventually(t, "liveness and readiness running", func() bool { return h.exec.count("alive") > 0 && h.exec.count("ready") > 0 })
+	eventually.True(t, "liveness and readiness running", func() bool { return h.exec.count("alive") > 0 && h.exec.count("ready") > 0 })
 	if h.exec.count("startup") != n {
 		t.Error("startup probe ran again after it passed")
 	}
@@ -244,12 +235,12 @@ func TestStartupFailureIsUnhealthy(t *testing.T) {
 	h.exec.set("startup", true)
 	h.status.set(pod.UID, runningStatus(false, h.clk.Now()))
 	h.m.AddPod(h.ctx, pod)
-	eventually(t, "a probe", func() bool { return h.exec.count("startup") >= 1 })
+	eventually.True(t, "a probe", func() bool { return h.exec.count("startup") >= 1 })
 	if _, bad := h.m.Unhealthy("c1"); bad {
 		t.Fatal("unhealthy after one of two allowed failures")
 	}
 	h.tick(t, time.Second)
-	eventually(t, "startup failure", func() bool { p, bad := h.m.Unhealthy("c1"); return bad && p == "startup" })
+	eventually.True(t, "startup failure", func() bool { p, bad := h.m.Unhealthy("c1"); return bad && p == "startup" })
 }
 
 func TestInitialDelay(t *testing.T) {
@@ -262,14 +253,14 @@ func TestInitialDelay(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		h.tick(t, time.Second)
 	}
-	eventually(t, "a waiting worker", h.clk.HasWaiters)
+	eventually.True(t, "a waiting worker", h.clk.HasWaiters)
 	if n := h.exec.count("alive"); n != 0 {
 		t.Fatalf("probed %d times within the initial delay", n)
 	}
 	for i := 0; i < 3 && h.exec.count("alive") == 0; i++ {
 		h.tick(t, time.Second)
 	}
-	eventually(t, "a probe after the initial delay", func() bool { return h.exec.count("alive") >= 1 })
+	eventually.True(t, "a probe after the initial delay", func() bool { return h.exec.count("alive") >= 1 })
 }
 
 func TestWorkersStop(t *testing.T) {
@@ -308,11 +299,11 @@ func TestWorkersStop(t *testing.T) {
 			if n := h.m.workerCount(); n != 2 {
 				t.Fatalf("%d workers after a second AddPod, want 2", n)
 			}
-			eventually(t, "first probes", func() bool { return h.exec.count("ready") > 0 && h.exec.count("alive") > 0 })
+			eventually.True(t, "first probes", func() bool { return h.exec.count("ready") > 0 && h.exec.count("alive") > 0 })
 			h.status.set(pod.UID, tt.status(h.clk.Now()))
 			if tt.stopLiveness {
 				h.m.StopLivenessAndStartup(pod.UID)
-				eventually(t, "the liveness worker gone", func() bool { return h.m.workerCount() == 1 })
+				eventually.True(t, "the liveness worker gone", func() bool { return h.m.workerCount() == 1 })
 				if h.m.getWorker(pod.UID, "app", Readiness) == nil {
 					t.Fatal("the readiness worker stopped too")
 				}
@@ -326,7 +317,7 @@ func TestWorkersStop(t *testing.T) {
 			} else {
 				h.tick(t, time.Second)
 			}
-			eventually(t, "workers gone", func() bool { return h.m.workerCount() == 0 })
+			eventually.True(t, "workers gone", func() bool { return h.m.workerCount() == 0 })
 			if _, ok := h.m.readiness.get("c1"); ok {
 				t.Error("a stopped worker left its result")
 			}
@@ -344,13 +335,13 @@ func TestStartupJitterSpreadsFirstProbe(t *testing.T) {
 	pod := podWith(v1.Container{Name: "app", LivenessProbe: execProbe("alive", 10, 1)})
 	status.set(pod.UID, runningStatus(true, clk.Now()))
 	m.AddPod(ctx, pod)
-	eventually(t, "the worker waiting", clk.HasWaiters)
+	eventually.True(t, "the worker waiting", clk.HasWaiters)
 	time.Sleep(20 * time.Millisecond)
 	if exec.count("alive") != 0 {
 		t.Fatal("a worker made right after start-up probed without a random delay")
 	}
 	clk.Step(10 * time.Second) // the delay is below one period
-	eventually(t, "the first probe", func() bool { return exec.count("alive") == 1 })
+	eventually.True(t, "the first probe", func() bool { return exec.count("alive") == 1 })
 }
 
 func TestDeletionStopsLiveness(t *testing.T) {
@@ -361,7 +352,7 @@ func TestDeletionStopsLiveness(t *testing.T) {
 	h.exec.set("alive", true)
 	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
 	h.m.AddPod(h.ctx, pod)
-	eventually(t, "worker gone", func() bool { return h.m.workerCount() == 0 })
+	eventually.True(t, "worker gone", func() bool { return h.m.workerCount() == 0 })
 	if h.exec.count("alive") != 0 {
 		t.Error("probed the liveness of a terminating pod")
 	}
@@ -379,9 +370,9 @@ func TestProbeMetrics(t *testing.T) {
 	pod := podWith(v1.Container{Name: "app", LivenessProbe: execProbe("alive", 1, 3)})
 	status.set(pod.UID, runningStatus(true, clk.Now()))
 	m.AddPod(ctx, pod)
-	eventually(t, "a failed probe counted", func() bool {
+	eventually.True(t, "a failed probe counted", func() bool {
 		return testutil.ToFloat64(m.metrics.total.WithLabelValues("Liveness", "failed", "app", "web", "default", "uid-1")) == 1
 	})
 	m.RemovePod(pod.UID)
-	eventually(t, "the series dropped with the worker", func() bool { return testutil.CollectAndCount(m.metrics.total) == 0 })
+	eventually.True(t, "the series dropped with the worker", func() bool { return testutil.CollectAndCount(m.metrics.total) == 0 })
 }

@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 func TestParseCRILogLine(t *testing.T) {
@@ -144,17 +145,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestReadLogsFollowRotationAndExit(t *testing.T) {
 	path := writeLog(t, "2024-01-01T00:00:01Z stdout F first\n")
 	var running sync.Mutex
@@ -167,7 +157,7 @@ func TestReadLogsFollowRotationAndExit(t *testing.T) {
 			clock:   clock.RealClock{}, poll: 5 * time.Millisecond,
 		})
 	}()
-	waitFor(t, "the first line", func() bool { return out.String() == "first\n" })
+	eventually.True(t, "the first line", func() bool { return out.String() == "first\n" })
 	appendTo := func(p, s string) {
 		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 		if err != nil {
@@ -180,13 +170,13 @@ func TestReadLogsFollowRotationAndExit(t *testing.T) {
 	appendTo(path, "2024-01-01T00:00:02Z stdout F sec")
 	time.Sleep(30 * time.Millisecond)
 	appendTo(path, "ond\n")
-	waitFor(t, "the second line", func() bool { return out.String() == "first\nsecond\n" })
+	eventually.True(t, "the second line", func() bool { return out.String() == "first\nsecond\n" })
 	// Rotation: the old file moves away, a new one takes its name.
 	if err := os.Rename(path, path+".20240101"); err != nil {
 		t.Fatal(err)
 	}
 	appendTo(path, "2024-01-01T00:00:03Z stdout F third\n")
-	waitFor(t, "the line in the rotated file", func() bool { return out.String() == "first\nsecond\nthird\n" })
+	eventually.True(t, "the line in the rotated file", func() bool { return out.String() == "first\nsecond\nthird\n" })
 	running.Lock()
 	isRunning = false
 	running.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodelet/nodelet/internal/dbustest"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // startBus runs a private dbus-daemon for one test and returns its address.
@@ -276,8 +277,8 @@ func TestInhibitorRetakesLockWhenLogindRestarts(t *testing.T) {
 
 	// A new logind takes the name: nodelet takes the lock again from it.
 	second := startFakeLogind(t, addr, 30*time.Second)
-	waitFor(t, "an Inhibit call to the new logind", func() bool { return len(second.Inhibits()) == 1 })
-	waitFor(t, "the lock to be held again", inh.Held)
+	eventually.True(t, "an Inhibit call to the new logind", func() bool { return len(second.Inhibits()) == 1 })
+	eventually.True(t, "the lock to be held again", inh.Held)
 	second.DropOwnCopies()
 	select {
 	case <-second.Inhibits()[0].Closed():
@@ -319,14 +320,14 @@ func TestInhibitorReconnectsWhenTheBusRestarts(t *testing.T) {
 	if err := bus.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lock to be dropped with the bus", func() bool { return !inh.Held() })
+	eventually.True(t, "the lock to be dropped with the bus", func() bool { return !inh.Held() })
 	if err := bus.Start(); err != nil { // same socket path
 		t.Fatal(err)
 	}
 	logind := startFakeLogind(t, bus.Addr, 30*time.Second)
 	// nodelet redials every second, then finds logind (already there, or arriving) and
 	// takes the lock again.
-	waitFor(t, "the lock to be taken on the new bus", inh.Held)
+	eventually.True(t, "the lock to be taken on the new bus", inh.Held)
 	if n := len(logind.Inhibits()); n != 1 {
 		t.Fatalf("Inhibit calls on the new bus = %d, want 1", n)
 	}
@@ -361,7 +362,7 @@ func TestInhibitorWithoutLogind(t *testing.T) {
 	}
 	// logind arriving later gets asked for the lock Acquire wanted.
 	logind := startFakeLogind(t, addr, 30*time.Second)
-	waitFor(t, "the lock once logind appears", inh.Held)
+	eventually.True(t, "the lock once logind appears", inh.Held)
 	if n := len(logind.Inhibits()); n != 1 {
 		t.Errorf("Inhibit calls = %d, want 1", n)
 	}

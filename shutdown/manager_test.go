@@ -15,6 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
@@ -133,7 +135,7 @@ func TestProcessShutdownHungGroupDoesNotBlockPastGrace(t *testing.T) {
 	for range 2 { // both low pods started
 		<-k.started
 	}
-	waitFor(t, "the group's timer", clk.HasWaiters)
+	eventually.True(t, "the group's timer", clk.HasWaiters)
 	clk.Step(19 * time.Second)
 	clk.Step(time.Second) // the group's 20s are up now, not before
 	if got := <-k.started; got != "high" {
@@ -286,18 +288,6 @@ func TestProcessShutdownTwiceAtOnceRefused(t *testing.T) {
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// waitFor polls a condition that another goroutine makes true soon.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

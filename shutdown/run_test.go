@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // recLock records Acquire/Release in order and lets the test play logind.
@@ -171,7 +173,7 @@ func TestRunJoinsKillsPastTheirGrace(t *testing.T) {
 	nextOp(t, lock.ops) // acquire
 	lock.events <- true
 	<-k.started
-	waitFor(t, "the group's timer", clk.HasWaiters)
+	eventually.True(t, "the group's timer", clk.HasWaiters)
 	clk.Step(10 * time.Second) // the grace is up; the kill goes on
 	if op := nextOp(t, lock.ops); op != "release" {
 		t.Fatalf("lock op = %s, want release once the grace is up", op)

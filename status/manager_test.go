@@ -20,6 +20,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -460,8 +461,8 @@ func TestRunSyncsAndMeasures(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	m.SetPodStatus(pod, running(t0))
-	waitFor(t, func() bool { return apiStatusQuiet(client, "p").Phase == v1.PodRunning })
-	waitFor(t, func() bool {
+	eventually.True(t, "the Running status in the API", func() bool { return apiStatusQuiet(client, "p").Phase == v1.PodRunning })
+	eventually.True(t, "a sync duration sample", func() bool {
 		n, _ := testutil.GatherAndCount(reg, "kubelet_pod_status_sync_duration_seconds")
 		return n == 1
 	})
@@ -475,9 +476,9 @@ func TestRunSyncsAndMeasures(t *testing.T) {
 	}
 	p.ResourceVersion = "2"        // the fake tracker sets none; the API server always does
 	m.SetPodStatus(p, running(t0)) // the caller sees the API's new copy; our status is unchanged
-	waitFor(t, clk.HasWaiters)
+	eventually.True(t, "the batch timer", clk.HasWaiters)
 	clk.Step(BatchPeriod)
-	waitFor(t, func() bool { return apiStatusQuiet(client, "p").Phase == v1.PodRunning })
+	eventually.True(t, "the Running status in the API", func() bool { return apiStatusQuiet(client, "p").Phase == v1.PodRunning })
 }
 
 func apiStatusQuiet(client *fake.Clientset, name string) v1.PodStatus {
@@ -486,17 +487,6 @@ func apiStatusQuiet(client *fake.Clientset, name string) v1.PodStatus {
 		return v1.PodStatus{}
 	}
 	return p.(*v1.Pod).Status
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestStatusPatchIsMinimal(t *testing.T) {

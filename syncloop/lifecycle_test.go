@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/prober"
@@ -42,8 +43,8 @@ func TestActiveDeadlineExceeded(t *testing.T) {
 	pod := newPod("uid-deadline", "deadline")
 	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](1)
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the pod to run", func() bool { return running(r.containers(t, "uid-deadline")) == 1 })
-	eventually(t, "the pod to fail with DeadlineExceeded", func() bool {
+	eventually.True(t, "the pod to run", func() bool { return running(r.containers(t, "uid-deadline")) == 1 })
+	eventually.True(t, "the pod to fail with DeadlineExceeded", func() bool {
 		s, _ := r.status.GetPodStatus(pod.UID)
 		return s.Phase == v1.PodFailed && s.Reason == "DeadlineExceeded" &&
 			s.Message == "Pod was active on the node longer than the specified deadline"
@@ -88,15 +89,15 @@ func TestProbesDriveStatusAndRestarts(t *testing.T) {
 				cond[v1.PodReady] == st && cond[v1.ContainersReady] == st
 		}
 	}
-	eventually(t, "running but not ready", readyIs(false))
+	eventually.True(t, "running but not ready", readyIs(false))
 	ready.Store(true)
-	eventually(t, "ready", readyIs(true))
+	eventually.True(t, "ready", readyIs(true))
 	ready.Store(false)
-	eventually(t, "unready again", readyIs(false))
+	eventually.True(t, "unready again", readyIs(false))
 
 	first := r.containers(t, "uid-probes")[0].Id
 	alive.Store(false)
-	eventually(t, "the container killed and restarted", func() bool {
+	eventually.True(t, "the container killed and restarted", func() bool {
 		list := r.containers(t, "uid-probes")
 		return len(list) == 2 && running(list) == 1
 	})
@@ -107,7 +108,7 @@ func TestProbesDriveStatusAndRestarts(t *testing.T) {
 	if !r.hasEvent("Normal Killing Container app failed liveness probe, will be restarted") {
 		t.Error("no Killing event naming the liveness probe")
 	}
-	eventually(t, "restart count 1", func() bool {
+	eventually.True(t, "restart count 1", func() bool {
 		s, _ := r.status.GetPodStatus(pod.UID)
 		return len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].RestartCount == 1
 	})

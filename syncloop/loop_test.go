@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
@@ -174,23 +175,11 @@ func countOf(fake *fakecri.Runtime, method string) int {
 func (r *rig) rounds(t *testing.T, n int) {
 	t.Helper()
 	relists := countOf(r.fake, "ListContainers")
-	eventually(t, "a relist", func() bool { return countOf(r.fake, "ListContainers") > relists })
+	eventually.True(t, "a relist", func() bool { return countOf(r.fake, "ListContainers") > relists })
 	ticks, relists := r.sources.askedCount(), countOf(r.fake, "ListContainers")
-	eventually(t, "housekeeping ticks and relists", func() bool {
+	eventually.True(t, "housekeeping ticks and relists", func() bool {
 		return r.sources.askedCount() >= ticks+n && countOf(r.fake, "ListContainers") >= relists+n
 	})
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func newPod(uid, name string) *v1.Pod {
@@ -228,7 +217,7 @@ func TestPodRunsThenIsDeletedAndReclaimed(t *testing.T) {
 	r.ready()
 	pod := newPod("uid-1", "web")
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the container to run and the pod to be Running", func() bool {
+	eventually.True(t, "the container to run and the pod to be Running", func() bool {
 		s, ok := r.status.GetPodStatus(pod.UID)
 		return running(r.containers(t, "uid-1")) == 1 && ok && s.Phase == v1.PodRunning
 	})
@@ -245,7 +234,7 @@ func TestPodRunsThenIsDeletedAndReclaimed(t *testing.T) {
 	now := metav1.Now()
 	del.DeletionTimestamp = &now
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpUpdate, Pods: []*v1.Pod{del}, Source: "api"}
-	eventually(t, "the pod's resources to be reclaimed", func() bool { return r.loop.CanDeletePod(del) })
+	eventually.True(t, "the pod's resources to be reclaimed", func() bool { return r.loop.CanDeletePod(del) })
 	if n := len(r.containers(t, "uid-1")); n != 0 {
 		t.Fatalf("%d containers left after deletion", n)
 	}
@@ -268,7 +257,7 @@ func TestRestartAdoptsRunningPods(t *testing.T) {
 	first := newRig(t, fake)
 	first.ready()
 	first.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the container to run", func() bool { return running(first.containers(t, "uid-2")) == 1 })
+	eventually.True(t, "the container to run", func() bool { return running(first.containers(t, "uid-2")) == 1 })
 	before := first.containers(t, "uid-2")[0].Id
 	first.cancel()
 	<-first.done
@@ -277,7 +266,7 @@ func TestRestartAdoptsRunningPods(t *testing.T) {
 	fake.ResetCalls()
 	second.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
 	second.ready()
-	eventually(t, "the adopted pod's status", func() bool {
+	eventually.True(t, "the adopted pod's status", func() bool {
 		s, ok := second.status.GetPodStatus(pod.UID)
 		return ok && s.Phase == v1.PodRunning
 	})
@@ -299,7 +288,7 @@ func TestOrphanedPodIsKilledOnceSourcesAreReady(t *testing.T) {
 	first := newRig(t, fake)
 	first.ready()
 	first.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{newPod("uid-3", "gone")}, Source: "api"}
-	eventually(t, "the container to run", func() bool { return running(first.containers(t, "uid-3")) == 1 })
+	eventually.True(t, "the container to run", func() bool { return running(first.containers(t, "uid-3")) == 1 })
 	first.cancel()
 	<-first.done
 
@@ -310,7 +299,7 @@ func TestOrphanedPodIsKilledOnceSourcesAreReady(t *testing.T) {
 		t.Fatal("an unknown pod must not be killed before all sources are ready")
 	}
 	second.ready()
-	eventually(t, "the orphaned pod to be removed", func() bool { return len(second.containers(t, "uid-3")) == 0 })
+	eventually.True(t, "the orphaned pod to be removed", func() bool { return len(second.containers(t, "uid-3")) == 0 })
 }
 
 func TestAdmissionRejectsPodThatDoesNotFit(t *testing.T) {
@@ -319,7 +308,7 @@ func TestAdmissionRejectsPodThatDoesNotFit(t *testing.T) {
 	pod := newPod("uid-4", "huge")
 	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")}
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the pod to be rejected", func() bool {
+	eventually.True(t, "the pod to be rejected", func() bool {
 		s, ok := r.status.GetPodStatus(pod.UID)
 		return ok && s.Phase == v1.PodFailed && s.Reason == "OutOfcpu"
 	})
@@ -333,10 +322,10 @@ func TestCrashingContainerIsRestarted(t *testing.T) {
 	r.ready()
 	pod := newPod("uid-5", "crash")
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-5")) == 1 })
+	eventually.True(t, "the container to run", func() bool { return running(r.containers(t, "uid-5")) == 1 })
 	r.fake.ExitContainer(r.containers(t, "uid-5")[0].Id, 1, "Error")
 	// The first restart is immediate; the next one waits in CrashLoopBackOff.
-	eventually(t, "a restarted container", func() bool {
+	eventually.True(t, "a restarted container", func() bool {
 		list := r.containers(t, "uid-5")
 		return len(list) == 2 && running(list) == 1
 	})
@@ -345,7 +334,7 @@ func TestCrashingContainerIsRestarted(t *testing.T) {
 			r.fake.ExitContainer(c.Id, 1, "Error")
 		}
 	}
-	eventually(t, "CrashLoopBackOff in the status", func() bool {
+	eventually.True(t, "CrashLoopBackOff in the status", func() bool {
 		s, _ := r.status.GetPodStatus(pod.UID)
 		return len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Waiting != nil &&
 			s.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff" && s.ContainerStatuses[0].RestartCount == 1
@@ -366,8 +355,8 @@ func TestKillPodForNodeShutdown(t *testing.T) {
 			r.ready()
 			pod := newPod("uid-6", "victim")
 			r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-			eventually(t, "the container to run", func() bool { return running(r.containers(t, "uid-6")) == 1 })
-			eventually(t, "the pod to be active", func() bool { return len(r.loop.ActivePods()) == 1 })
+			eventually.True(t, "the container to run", func() bool { return running(r.containers(t, "uid-6")) == 1 })
+			eventually.True(t, "the pod to be active", func() bool { return len(r.loop.ActivePods()) == 1 })
 			if tc.exitOnTerm {
 				id := r.containers(t, "uid-6")[0].Id
 				r.fake.SetDelay("StopContainer", 500*time.Millisecond)
@@ -420,7 +409,7 @@ func TestAdmittersRejectFirst(t *testing.T) {
 	r.ready()
 	pod := newPod("uid-7", "late")
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually(t, "the pod to be rejected", func() bool {
+	eventually.True(t, "the pod to be rejected", func() bool {
 		s, ok := r.status.GetPodStatus(pod.UID)
 		return ok && s.Phase == v1.PodFailed && s.Reason == "NodeShutdown"
 	})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/podconfig"
 )
 
@@ -54,7 +55,7 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 		}
 	}
 	releaseOnce()
-	eventually(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
+	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
 	s.housekeeping(s.ctx)
 	if got := s.worker(pod.UID); got != nil {
 		t.Errorf("the worker of a reclaimed pod the runtime no longer lists was not dropped")
@@ -106,7 +107,7 @@ func TestDeleteCancelsHungSync(t *testing.T) {
 	if err := <-syncErr; !errors.Is(err, context.Canceled) {
 		t.Errorf("the hung sync ended with %v, want context.Canceled", err)
 	}
-	eventually(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(del) })
+	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(del) })
 	if s.rt.running(pod.UID) {
 		t.Error("the pod still runs")
 	}
@@ -134,7 +135,7 @@ func TestKillPodTimesOutOnStuckWorker(t *testing.T) {
 	go func() {
 		errc <- s.KillPod(context.Background(), pod, time.Second, func(st *v1.PodStatus) { st.Phase = v1.PodFailed })
 	}()
-	eventually(t, "KillPod to arm its timer", s.clk.HasWaiters)
+	eventually.True(t, "KillPod to arm its timer", s.clk.HasWaiters)
 	s.clk.Step(9 * time.Second)
 	select {
 	case err := <-errc:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 const mib = 1 << 20
@@ -394,22 +395,16 @@ func TestImageManagerRunReportsRepeatedFailure(t *testing.T) {
 	go func() { defer close(done); m.Run(ctx, 0) }()
 	waitEvents := func(n int) []string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		var ev []string
+		eventually.True(t, fmt.Sprintf("%d events", n), func() bool {
 			rec.mu.Lock()
-			ev := slices.Clone(rec.events)
-			rec.mu.Unlock()
-			if len(ev) >= n {
-				return ev
-			}
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatalf("fewer than %d events", n)
-		return nil
+			defer rec.mu.Unlock()
+			ev = slices.Clone(rec.events)
+			return len(ev) >= n
+		})
+		return ev
 	}
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, "the image GC timer", clk.HasWaiters)
 	clk.Step(DefaultImageGCPeriod)
 	if ev := waitEvents(1); ev[0] != ReasonInvalidDiskCapacity+": invalid capacity 0 on image filesystem" {
 		t.Errorf("first failure events %q", ev)

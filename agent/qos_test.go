@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 func burstablePod(uid, cpu string) *v1.Pod {
@@ -81,17 +82,9 @@ func TestQOSCgroupsFollowBurstableRequests(t *testing.T) {
 
 	tick := func(want string) {
 		t.Helper()
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
+		eventually.True(t, "the QoS update timer", clk.HasWaiters)
 		clk.Step(qosUpdateInterval)
-		deadline := time.Now().Add(5 * time.Second)
-		for shares("burstable") != want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if got := shares("burstable"); got != want {
-			t.Errorf("burstable cpu.shares = %s, want %s", got, want)
-		}
+		eventually.True(t, "burstable cpu.shares "+want, func() bool { return shares("burstable") == want })
 	}
 	mu.Lock()
 	active = []*v1.Pod{a, burstablePod("b", "250m")}

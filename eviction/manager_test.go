@@ -15,6 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 type fakeNode struct {
@@ -265,9 +267,7 @@ func TestManagerRunTicks(t *testing.T) {
 	}
 	wait("at start")
 	for i := 0; i < 2; i++ {
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
+		eventually.True(t, "the monitoring timer", clk.HasWaiters)
 		clk.Step(DefaultMonitoringInterval)
 		wait(fmt.Sprintf("after tick %d", i+1))
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 const image = "registry.local/pause:1"
@@ -525,10 +526,7 @@ func TestStartLoop(t *testing.T) {
 	}
 	c := h.createContainer(sb, "u", "a", 0, true)
 	// The loop sleeps on the fake clock: wait for its timer, then fire it.
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.clock.HasWaiters() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, "the relist timer", h.clock.HasWaiters)
 	h.clock.Step(time.Second)
 	if ev := wait(); ev != (Event{"u", ContainerStarted, c}) {
 		t.Errorf("second event = %v", ev)
@@ -540,9 +538,7 @@ func TestStartLoop(t *testing.T) {
 	// A forced relist may run while the loop's does; they serialize.
 	h.fake.ExitContainer(c, 0, "")
 	go h.pleg.Relist(ctx)
-	for !h.clock.HasWaiters() && time.Now().Before(deadline.Add(5*time.Second)) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, "the relist timer again", h.clock.HasWaiters)
 	h.clock.Step(time.Second)
 	if ev := wait(); ev != (Event{"u", ContainerDied, c}) {
 		t.Errorf("third event = %v", ev)

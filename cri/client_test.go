@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 const testImage = "registry.local/busybox:1.36"
@@ -658,13 +659,7 @@ func TestContainerEvents(t *testing.T) {
 	}()
 	<-established
 	// The stream is open client-side; wait until the server has subscribed.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if f.EventSubscribers() > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, "the server's event subscription", func() bool { return f.EventSubscribers() > 0 })
 	sbCfg := sandboxConfig("p", "u", false)
 	sb, _ := c.RunPodSandbox(context.Background(), sbCfg, "")
 	id, err := c.CreateContainer(context.Background(), sb, containerConfig("c", "u"), sbCfg)

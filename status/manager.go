@@ -186,6 +186,18 @@ func (m *Manager) RemoveOrphanedStatuses(keep map[types.UID]bool) {
 	}
 }
 
+// ForgetPodStatus forgets the status of the pod with this UID at once, written or
+// not. The sync loop calls it when a pod comes back to its source under a UID
+// this node ran before (a static pod's manifest put back: its UID is a hash of the
+// content): the next SetPodStatus starts the new life, which a terminal phase kept
+// from the old one would refuse, and the old life's status is not written to the
+// new life's mirror pod.
+func (m *Manager) ForgetPodStatus(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.statuses, uid)
+}
+
 // FinalFlushTimeout bounds the last sync Run makes once its context ended: nodelet's
 // stop must not wait long on an API server that does not answer.
 const FinalFlushTimeout = 5 * time.Second

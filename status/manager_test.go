@@ -251,6 +251,17 @@ func TestLocalStatusRules(t *testing.T) {
 		t.Error("stored a running status for a pod that is Failed in the API")
 	}
 
+	// A pod put back under the same UID (a static pod's manifest restored) starts
+	// a new life once the loop forgets the old one.
+	m.ForgetPodStatus("u1")
+	if _, ok := m.GetPodStatus("u1"); ok {
+		t.Error("status kept after ForgetPodStatus")
+	}
+	m.SetPodStatus(pod, running(t0))
+	if got, _ := m.GetPodStatus("u1"); got.Phase != v1.PodRunning {
+		t.Errorf("phase %s after the old life was forgotten, want Running", got.Phase)
+	}
+
 	m.RemoveOrphanedStatuses(map[types.UID]bool{"u2": true})
 	if _, ok := m.GetPodStatus("u1"); ok {
 		t.Error("orphaned status kept")

@@ -61,6 +61,8 @@ type StatusManager interface {
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
 	RemoveOrphanedStatuses(keep map[types.UID]bool)
+	// ForgetPodStatus drops a pod's status at once: its UID starts a new life.
+	ForgetPodStatus(uid types.UID)
 }
 
 // Volumes tears pod volumes down.
@@ -306,10 +308,21 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 		} else {
 			l.pods[pod.UID] = pod
 		}
+		restart := false
 		if w != nil {
-			w.u = update{pod: pod, removed: u.Op == podconfig.OpRemove}.merged(w.u)
+			next := update{pod: pod, removed: u.Op == podconfig.OpRemove}
+			// Back in its source after it left: a restart, once the old life ended.
+			next.restart = !next.removed && w.u.removed
+			restart = next.restart && !w.u.restart
+			w.u = next.merged(w.u)
 		}
 		l.mu.Unlock()
+		if restart {
+			// The old life's status (terminal soon, if not already) must neither end
+			// the new life nor reach its mirror pod.
+			klog.FromContext(ctx).V(2).Info("Pod is back in its source while its old life ends; it restarts after that", "pod", klog.KObj(pod), "podUID", pod.UID)
+			l.deps.Status.ForgetPodStatus(pod.UID)
+		}
 		if w != nil {
 			l.evaluate(w, event{woken: true})
 			continue
@@ -323,6 +336,11 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 
 // addPod admits a new pod and gives it a worker.
 func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
+	if prev, ok := l.deps.Status.GetPodStatus(pod.UID); ok && oldLifeStatus(pod, prev) {
+		klog.FromContext(ctx).Info("Pod starts again under a UID this node ran before; forgetting its old status",
+			"pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", prev.Phase)
+		l.deps.Status.ForgetPodStatus(pod.UID)
+	}
 	rejected := false
 	if !podutil.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
 		if rej := l.admit(pod); rej != nil {
@@ -470,6 +488,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	for _, w := range workers {
 		l.evaluate(w, event{})
 	}
+	l.restartWantedPods(ctx)
 	for _, p := range l.deps.PLEG.Pods() {
 		l.mu.Lock()
 		_, known := l.workers[p.UID]
@@ -497,6 +516,34 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	l.cleanupOrphanedPodDirs(ctx, keep)
 	l.cleanupPodCgroups(ctx)
 	l.deps.Runtime.GCBackoff()
+}
+
+// restartWantedPods gives a worker to every pod a source holds that has none:
+// its old worker was dropped after its UID came back to the source while the
+// old life ended (a static pod's manifest put back). Upstream's housekeeping
+// likewise restarts desired pods the pod workers do not know.
+func (l *Loop) restartWantedPods(ctx context.Context) {
+	l.mu.Lock()
+	var pods []*v1.Pod
+	for uid, p := range l.pods {
+		if l.workers[uid] == nil {
+			pods = append(pods, p)
+		}
+	}
+	l.mu.Unlock()
+	sort.SliceStable(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+	for _, p := range pods {
+		klog.FromContext(ctx).Info("Restarting pod: back in its source after its old life ended", "pod", klog.KObj(p), "podUID", p.UID)
+		l.addPod(ctx, p)
+	}
+}
+
+// oldLifeStatus: the status manager's status for pod is from an earlier life of
+// its UID on this node (terminal there), while the pod object itself is neither
+// terminal nor being deleted. Only a pod back in its source meets this: a wanted
+// pod keeps its worker, and so never comes through addPod twice.
+func oldLifeStatus(pod *v1.Pod, prev v1.PodStatus) bool {
+	return podutil.IsTerminal(prev.Phase) && !podutil.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil
 }
 
 func hasAnything(p *pleg.PodStatus) bool {

@@ -66,6 +66,11 @@ func (f *fakeStatus) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	return s, ok
 }
 func (f *fakeStatus) RemoveOrphanedStatuses(keep map[types.UID]bool) {}
+func (f *fakeStatus) ForgetPodStatus(uid types.UID) {
+	f.mu.Lock()
+	delete(f.m, uid)
+	f.mu.Unlock()
+}
 
 type fakeVolumes struct {
 	mu       sync.Mutex

@@ -85,8 +85,11 @@ type podInputs struct {
 	Now time.Time
 	// Wanted: a pod source holds the pod. Deleted: it left its source, has a
 	// deletionTimestamp, or is an orphan. Restart: a source holds it again
-	// after it left (a static pod manifest put back), so once finished the
-	// worker gives way to a new one.
+	// after it left (a static pod manifest put back under the same UID), and
+	// the pod object is neither terminal nor being deleted: once the old life
+	// is finished and reclaimed and its goroutine exited, the worker is dropped
+	// and housekeeping starts the pod again from none (upstream's
+	// restartRequested).
 	Wanted, Deleted, Restart bool
 	// Rejected: admission refused the pod (only asked of a new worker).
 	Rejected bool

@@ -33,6 +33,17 @@ func gone(mod func(*podInputs)) podInputs {
 	})
 }
 
+// restarted is a removed pod back in its source under the same UID (Restart),
+// its old life stopped and gone from the runtime, its goroutine exited.
+func restarted(mod func(*podInputs)) podInputs {
+	return wanted(func(in *podInputs) {
+		in.Deleted, in.Restart, in.Running, in.Present = true, true, false, false
+		if mod != nil {
+			mod(in)
+		}
+	})
+}
+
 var errBoom = errors.New("boom")
 
 func TestStep(t *testing.T) {
@@ -319,10 +330,56 @@ func TestStep(t *testing.T) {
 			want: podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0}, wantActs: []action{{Kind: actDrop}},
 		},
 		{
-			name: "a finished pod still wanted is never dropped",
+			name: "a deleted pod its source still holds is not dropped (no restart asked)",
 			w:    podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
 			in:   wanted(func(in *podInputs) { in.Deleted, in.Running, in.Present = true, false, false }),
 			want: podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
+		},
+
+		// Back in its source under the same UID (a static pod's manifest put back):
+		// the old life ends as it would have, then the worker gives way and the pod
+		// starts again from none (upstream's restartRequested). On main the worker
+		// stayed finished for ever and the pod never ran again.
+		{
+			name: "back in its source while being killed: the kill goes on",
+			w:    podWork{State: stateTerminating, Grace: 30, Op: opKill, OpGrace: 30},
+			in:   restarted(func(in *podInputs) { in.Woken = true }),
+			want: podWork{State: stateTerminating, Grace: 30, Op: opKill, OpGrace: 30, Due: true},
+		},
+		{
+			name: "back in its source while its volumes are torn down: removal still follows",
+			w:    podWork{State: stateTerminated, Op: opTearDown},
+			in:   restarted(func(in *podInputs) { in.Done = &opResult{Op: opTearDown} }),
+			want: podWork{State: stateRemoving, Op: opRemove}, wantActs: []action{{Kind: actRemovePod}},
+		},
+		{
+			name: "back in its source while RemovePod runs: not dropped, nothing started",
+			w:    podWork{State: stateRemoving, Op: opRemove},
+			in:   restarted(func(in *podInputs) { in.Exited = false }),
+			want: podWork{State: stateRemoving, Op: opRemove},
+		},
+		{
+			name: "back in its source, old life reclaimed, but its goroutine is still returning: not yet",
+			w:    podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
+			in:   restarted(func(in *podInputs) { in.Exited = false }),
+			want: podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
+		},
+		{
+			name: "back in its source, runtime still lists the old life: kept until it is gone",
+			w:    podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
+			in:   restarted(func(in *podInputs) { in.Now, in.Present = at(time.Second), true }),
+			want: podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0}, wantActs: []action{{Kind: actRequeue, At: at(leftoverGrace)}},
+		},
+		{
+			name: "back in its source, old life reclaimed and gone, goroutine exited: dropped for a new worker",
+			w:    podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0},
+			in:   restarted(nil),
+			want: podWork{State: stateFinished, Reclaimed: true, ReclaimedAt: t0}, wantActs: []action{{Kind: actDrop}},
+		},
+		{
+			name: "the new worker starts from none: it syncs",
+			in:   wanted(func(in *podInputs) { in.Running, in.Present = false, false }),
+			want: podWork{State: stateSync, Op: opSync}, wantActs: []action{{Kind: actStartSync}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,6 +67,7 @@ func (l *Loop) evaluate(w *worker, ev event) (*opRun, bool) {
 		Now:            now,
 		Wanted:         wanted,
 		Deleted:        u.removed || u.pod.DeletionTimestamp != nil,
+		Restart:        u.restart && wanted && u.pod.DeletionTimestamp == nil && !podutil.IsTerminal(u.pod.Status.Phase),
 		Rejected:       ev.rejected,
 		Terminal:       podutil.IsTerminal(prev.Phase),
 		Killed:         u.statusFn != nil,

@@ -17,7 +17,11 @@ import (
 // update is the latest word on a pod; a busy worker keeps only the newest.
 type update struct {
 	pod     *v1.Pod
-	removed bool   // gone from its source
+	removed bool // gone from its source
+	// restart: back in its source after it left (a static pod's manifest put
+	// back under the same UID): the old life ends as it would have, then a new
+	// worker starts the pod again.
+	restart bool
 	grace   *int64 // kill with this grace period instead of the pod's
 	// statusFn adjusts the final status of a pod killed for a node-level reason
 	// (shutdown, eviction): phase, reason, DisruptionTarget.
@@ -25,8 +29,10 @@ type update struct {
 }
 
 // merged returns u on top of prev: the removal flag and the shortest grace
-// period stick, and so does a status function until a newer one comes.
+// period stick, and so does a status function until a newer one comes. A
+// restart sticks until a removal cancels it.
 func (u update) merged(prev update) update {
+	u.restart = (u.restart || prev.restart) && !u.removed
 	u.removed = u.removed || prev.removed
 	if prev.grace != nil && (u.grace == nil || *prev.grace < *u.grace) {
 		u.grace = prev.grace
@@ -227,6 +233,12 @@ func (l *Loop) runKill(ctx context.Context, w *worker, grace int64) opResult {
 		}
 	}
 	deleting := u.removed || pod.DeletionTimestamp != nil
+	if u.restart {
+		// The pod is back in its source: its old life's final status must not
+		// reach the new life (or its mirror pod).
+		logger.V(2).Info("Pod terminated; it restarts once its old life is cleaned up", "phase", final.Phase)
+		return opResult{Op: opKill}
+	}
 	if deleting || statusFn != nil || podutil.IsTerminal(final.Phase) || podutil.IsTerminal(prev.Phase) {
 		l.deps.Status.SetPodStatus(pod, final)
 	}

@@ -1,0 +1,95 @@
+package framework
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/cri/fakecri"
+)
+
+// The proxy relays unary and streaming calls and their errors unchanged, and
+// holds exactly the StartContainer it was asked to: that container stays
+// CREATED in the runtime, as if the agent had died between create and start.
+func TestCRIProxyRelaysAndHoldsOneStart(t *testing.T) {
+	rt := fakecri.New(t)
+	rt.AddImage("busybox:1")
+	p := StartCRIProxy(t, rt.Endpoint())
+	conn, err := grpc.NewClient(p.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if v, err := c.Version(ctx, &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != "fakeruntime" {
+		t.Fatalf("Version through the proxy = %v, %v", v, err)
+	}
+	if _, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox:1"}}); err != nil {
+		t.Fatalf("ImageStatus through the proxy: %v", err)
+	}
+	_, err = c.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: "nope"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("StartContainer of an unknown container through the proxy = %v, want the runtime's NotFound", err)
+	}
+
+	events, err := c.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := p.HoldStart("ns", "p", "setup")
+	sbCfg := &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
+		Labels:   map[string]string{LabelPodUID: "uid-1"},
+	}
+	sb, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) string {
+		t.Helper()
+		resp, err := c.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg, Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: "busybox:1"},
+			Labels: map[string]string{LabelPodNamespace: "ns", LabelPodName: "p", LabelPodUID: "uid-1", LabelContainerName: name},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ContainerId
+	}
+	other, setup := create("other"), create("setup")
+	if _, err := c.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: other}); err != nil {
+		t.Fatalf("a container the proxy does not hold: %v", err)
+	}
+	if ev, err := events.Recv(); err != nil || ev.ContainerId == "" {
+		t.Fatalf("container event through the proxy = %v, %v", ev, err)
+	}
+
+	startCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.StartContainer(startCtx, &runtimeapi.StartContainerRequest{ContainerId: setup})
+		errc <- err
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the held StartContainer never arrived")
+	}
+	stop() // the agent gives up (or dies)
+	if err := <-errc; err == nil {
+		t.Fatal("a held StartContainer succeeded")
+	}
+	st, err := c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: setup})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Fatalf("held container = %v, %v; want it left CREATED", st, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
@@ -175,4 +177,156 @@ func removeContainerCalls(t *testing.T, path string, offset int64, ids []string)
 		}
 	}
 	return out
+}
+
+// containerStates lists the pod's containers named name in each state.
+func containerStates(ctx context.Context, f *framework.Framework, uid, name string) (map[runtimeapi.ContainerState][]string, error) {
+	list, err := f.CRI.Containers(ctx, map[string]string{framework.LabelPodUID: uid, framework.LabelContainerName: name})
+	if err != nil {
+		return nil, err
+	}
+	out := map[runtimeapi.ContainerState][]string{}
+	for _, c := range list {
+		out[c.State] = append(out[c.State], c.Id)
+	}
+	return out, nil
+}
+
+// TestPodWorkerStaticPodPutBackRunsAgain: a static pod's manifest removed and put
+// back unchanged brings the pod back under the same UID (a hash of the file). The
+// pod runs again and its mirror pod comes back, both when the manifest returns
+// after the old pod is gone and when it returns while the old pod still stops.
+// Before, the finished worker (or the old life's terminal status) kept the pod
+// from ever running again: no container, no mirror.
+func TestPodWorkerStaticPodPutBackRunsAgain(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	static := f.BusyboxPod("default", "put-back", "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
+	static.Spec.HostNetwork = true
+	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}, Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.FileCheckFrequency = metav1.Duration{Duration: time.Second}
+	}})
+	name := "put-back-" + f.Env.NodeName
+	runningMirror := func(what string, not types.UID) *v1.Pod {
+		t.Helper()
+		return f.WaitForPod(ctx, "default", name, 2*time.Minute, what, func(p *v1.Pod) bool {
+			return p.UID != not && p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)
+		})
+	}
+	mirror := runningMirror("a Running mirror pod", "")
+	byName := map[string]string{framework.LabelPodName: name, framework.LabelPodNamespace: "default"}
+	ctrs, err := f.CRI.Containers(ctx, byName)
+	if err != nil || len(ctrs) != 1 {
+		t.Fatalf("containers of %s: %v (err %v), want 1", name, ctrs, err)
+	}
+	uid := ctrs[0].Labels[framework.LabelPodUID]
+
+	for _, tc := range []struct {
+		name string
+		wait bool // wait for the old pod to be gone before putting the manifest back
+	}{
+		{name: "after the old pod is gone", wait: true},
+		{name: "while the old pod still stops"},
+	} {
+		before, err := containerStates(ctx, f, uid, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := before[runtimeapi.ContainerState_CONTAINER_RUNNING]
+		start := time.Now()
+		n.RemoveStaticPod(static.Name)
+		if tc.wait {
+			if err := podGoneFromNode(ctx, f, "default", name, uid, time.Minute); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		} else {
+			// The old container is asked to stop (it takes 3s after TERM).
+			err := framework.WaitFor(ctx, 30*time.Second, "the old pod to be stopping", func(ctx context.Context) (bool, error) {
+				_, err := f.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		n.WriteStaticPod(static)
+		mirror = runningMirror(tc.name+": the mirror pod back and Running", mirror.UID)
+		states, err := containerStates(ctx, f, uid, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := states[runtimeapi.ContainerState_CONTAINER_RUNNING]
+		if len(now) != 1 || slices.Contains(old, now[0]) {
+			t.Fatalf("%s: running containers of UID %s = %v (before: %v), want one new one", tc.name, uid, now, old)
+		}
+		t.Logf("%s: static pod running again under the same UID %.1fs after its manifest was removed", tc.name, time.Since(start).Seconds())
+	}
+}
+
+// TestPodWorkerInitContainerLeftCreatedCompletesAfterRestart (issue 14, item 4):
+// nodelet dies between an init container's CreateContainer and its
+// StartContainer (a CRI proxy holds the start, then the test kills nodelet), so
+// the runtime is left with the pod's sandbox and a CREATED init container. The
+// restarted nodelet adopts the sandbox, runs a new instance of the init
+// container and completes init: the pod runs. Before, the pod stayed in Init for
+// ever, waiting for the created container to exit.
+func TestPodWorkerInitContainerLeftCreatedCompletesAfterRestart(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	ns := f.NewNamespace()
+	proxy := framework.StartCRIProxy(t, f.Env.ContainerRuntimeEndpoint)
+	n := startNode(t, f, framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.ContainerRuntimeEndpoint = proxy.Endpoint
+	}})
+	p := f.BusyboxPod(ns, "init-left-created", "sleep", "3600")
+	p.Spec.InitContainers = []v1.Container{{
+		Name: "setup", Image: f.Env.BusyboxImage, ImagePullPolicy: v1.PullNever,
+		Command: []string{"sh", "-c", "echo initialized"},
+	}}
+	held := proxy.HoldStart(ns, p.Name, "setup")
+	pod := f.CreatePod(ctx, p)
+	uid := string(pod.UID)
+	select {
+	case <-held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("nodelet never started the init container")
+	}
+	n.Kill() // between CreateContainer and StartContainer
+	setup, err := containerStates(ctx, f, uid, "setup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := setup[runtimeapi.ContainerState_CONTAINER_CREATED]
+	if len(created) != 1 || len(setup) != 1 {
+		t.Fatalf("init containers after the kill = %v, want one CREATED", setup)
+	}
+	sbs, err := f.CRI.PodSandboxesOf(ctx, uid)
+	if err != nil || len(sbs) != 1 || sbs[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("sandboxes after the kill = %v (err %v), want one ready", sbs, err)
+	}
+
+	// The restarted nodelet talks to the runtime directly.
+	n.Config.ContainerRuntimeEndpoint = f.Env.ContainerRuntimeEndpoint
+	n.WriteConfig()
+	n.Restart()
+	running := f.WaitForPod(ctx, ns, pod.Name, 2*time.Minute, "the pod to complete init and run", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)
+	})
+	if st := running.Status.InitContainerStatuses; len(st) != 1 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 0 {
+		t.Errorf("init container status = %+v, want terminated with exit code 0", st)
+	}
+	setup, err = containerStates(ctx, f, uid, "setup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := setup[runtimeapi.ContainerState_CONTAINER_EXITED]
+	if len(exited) != 1 || exited[0] == created[0] {
+		t.Errorf("init containers after the restart = %v (the one left created: %s), want a new instance that ran", setup, created[0])
+	}
+	after, err := f.CRI.PodSandboxesOf(ctx, uid)
+	if err != nil || len(after) != 1 || after[0].Id != sbs[0].Id {
+		t.Errorf("sandboxes after the restart = %v (err %v), want the adopted %s only", after, err, sbs[0].Id)
+	}
+	t.Logf("init containers after the restart: %v; sandbox %s adopted", setup, sbs[0].Id)
 }

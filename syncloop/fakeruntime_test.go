@@ -264,6 +264,41 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// gate holds fake runtime calls until the test opens it: a hook calls wait,
+// and entered is closed when the first call arrives.
+type gate struct {
+	entered <-chan struct{}
+	enter   func()
+	release <-chan struct{}
+	open    func()
+}
+
+// newGate returns a closed gate. It opens when the test ends at the latest,
+// before the loop's own cleanup joins the workers.
+func newGate(t *testing.T) *gate {
+	entered, enter := signal()
+	release, open := signal()
+	t.Cleanup(open)
+	return &gate{entered: entered, enter: enter, release: release, open: open}
+}
+
+// wait is a hook's body: it reports the call and blocks until the gate opens,
+// whatever its context says.
+func (g *gate) wait() error {
+	g.enter()
+	<-g.release
+	return nil
+}
+
+// holdRemovePod makes the fake's RemovePod wait at a gate the test opens.
+func (s *stepLoop) holdRemovePod(t *testing.T) *gate {
+	g := newGate(t)
+	s.rt.mu.Lock()
+	s.rt.rmHook = func(context.Context, types.UID) error { return g.wait() }
+	s.rt.mu.Unlock()
+	return g
+}
+
 // signal returns a channel closed on the first call of the returned func.
 func signal() (chan struct{}, func()) {
 	ch := make(chan struct{})

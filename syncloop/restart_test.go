@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -76,22 +75,20 @@ func TestStaticPodPutBackRunsAgain(t *testing.T) {
 			s.rt.mu.Unlock()
 			old := s.worker(pod.UID)
 
-			entered, enteredOnce := signal()
-			release, releaseOnce := signal()
-			t.Cleanup(releaseOnce)
-			hold := func() error { enteredOnce(); <-release; return nil }
-			s.rt.mu.Lock()
+			var g *gate
 			switch tc.block {
 			case "KillPod":
-				s.rt.killHook = func(context.Context, *v1.Pod, *int64) error { return hold() }
+				g = newGate(t)
+				s.rt.mu.Lock()
+				s.rt.killHook = func(context.Context, *v1.Pod, *int64) error { return g.wait() }
+				s.rt.mu.Unlock()
 			case "RemovePod":
-				s.rt.rmHook = func(context.Context, types.UID) error { return hold() }
+				g = s.holdRemovePod(t)
 			}
-			s.rt.mu.Unlock()
 
 			s.removeFile(pod)
 			if tc.block != "" {
-				waitClosed(t, entered, tc.block)
+				waitClosed(t, g.entered, tc.block)
 			} else {
 				eventually.True(t, "the old life to be reclaimed", func() bool { return s.CanDeletePod(pod) })
 				if st, _ := s.status.GetPodStatus(pod.UID); !podutil.IsTerminal(st.Phase) {
@@ -111,7 +108,7 @@ func TestStaticPodPutBackRunsAgain(t *testing.T) {
 				if st, ok := s.status.GetPodStatus(pod.UID); ok {
 					t.Errorf("the old life's status (%q) was kept once the pod came back", st.Phase)
 				}
-				releaseOnce()
+				g.open()
 				eventually.True(t, "the old life to be reclaimed", func() bool {
 					w := s.worker(pod.UID)
 					return w == old && s.CanDeletePod(pod) && isClosed(w.exitedChan(s.Loop))
@@ -155,17 +152,12 @@ func TestStaticPodRemovedAgainBeforeRestartStaysGone(t *testing.T) {
 	s := newStepLoop(t)
 	pod := staticPod("uid-static2", "etcd-node1")
 	s.addSynced(t, pod)
-	entered, enteredOnce := signal()
-	release, releaseOnce := signal()
-	t.Cleanup(releaseOnce)
-	s.rt.mu.Lock()
-	s.rt.rmHook = func(context.Context, types.UID) error { enteredOnce(); <-release; return nil }
-	s.rt.mu.Unlock()
+	g := s.holdRemovePod(t)
 	s.removeFile(pod)
-	waitClosed(t, entered, "RemovePod")
+	waitClosed(t, g.entered, "RemovePod")
 	s.addFile(pod)
 	s.removeFile(pod)
-	releaseOnce()
+	g.open()
 	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
 	eventually.True(t, "the old worker to be dropped", func() bool {
 		s.housekeeping(s.ctx)

@@ -10,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/eventually"
@@ -27,18 +26,9 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 	pod := newPod("uid-slow-rm", "slow-rm")
 	s.addSynced(t, pod)
 
-	entered, enteredOnce := signal()
-	release, releaseOnce := signal()
-	t.Cleanup(releaseOnce) // before the loop's own cleanup joins the workers
-	s.rt.mu.Lock()
-	s.rt.rmHook = func(ctx context.Context, uid types.UID) error {
-		enteredOnce()
-		<-release
-		return nil
-	}
-	s.rt.mu.Unlock()
+	g := s.holdRemovePod(t)
 	s.remove(pod)
-	waitClosed(t, entered, "RemovePod")
+	waitClosed(t, g.entered, "RemovePod")
 
 	w := s.worker(pod.UID)
 	if w == nil {
@@ -54,7 +44,7 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 			t.Fatalf("housekeeping round %d: %d worker goroutines for the one pod, want 1", i, n)
 		}
 	}
-	releaseOnce()
+	g.open()
 	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
 	s.housekeeping(s.ctx)
 	if got := s.worker(pod.UID); got != nil {
@@ -120,16 +110,10 @@ func TestDeleteCancelsHungSync(t *testing.T) {
 func TestKillPodTimesOutOnStuckWorker(t *testing.T) {
 	s := newStepLoop(t)
 	pod := newPod("uid-stuck", "stuck")
-	entered, enteredOnce := signal()
-	release, releaseOnce := signal()
-	t.Cleanup(releaseOnce)
-	s.rt.syncHook = func(context.Context, *v1.Pod) error {
-		enteredOnce()
-		<-release // deaf to cancellation
-		return nil
-	}
+	g := newGate(t)
+	s.rt.syncHook = func(context.Context, *v1.Pod) error { return g.wait() } // deaf to cancellation
 	s.add(pod)
-	waitClosed(t, entered, "the sync to get stuck")
+	waitClosed(t, g.entered, "the sync to get stuck")
 
 	errc := make(chan error, 1)
 	go func() {

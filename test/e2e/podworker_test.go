@@ -90,12 +90,7 @@ func TestPodWorkerDeleteCancelsHungPostStart(t *testing.T) {
 func TestPodWorkerStaticPodRemovedOnce(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	static := f.BusyboxPod("default", "slow-stop", "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
-	static.Spec.HostNetwork = true
-	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
-	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}, Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
-		c.FileCheckFrequency = metav1.Duration{Duration: time.Second} // see the removal at once
-	}})
+	n, static := startWithSlowStopStatic(t, f, "slow-stop")
 	name := "slow-stop-" + f.Env.NodeName
 	f.WaitForPod(ctx, "default", name, 2*time.Minute, "a Running mirror pod", func(p *v1.Pod) bool {
 		return p.Status.Phase == v1.PodRunning && framework.IsPodReady(p)
@@ -136,6 +131,20 @@ func TestPodWorkerStaticPodRemovedOnce(t *testing.T) {
 		t.Errorf("nodelet started %d orphan workers for the static pod's UID %s", orphans, uid)
 	}
 	t.Logf("RemoveContainer calls per container: %v; orphan workers: %d", calls, orphans)
+}
+
+// startWithSlowStopStatic starts nodelet with one static pod, name, whose
+// container takes 3s to stop after TERM; nodelet reads the manifest dir every
+// second, so a removal is seen at once.
+func startWithSlowStopStatic(t *testing.T, f *framework.Framework, name string) (*framework.Nodelet, *v1.Pod) {
+	t.Helper()
+	static := f.BusyboxPod("default", name, "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
+	static.Spec.HostNetwork = true
+	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}, Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.FileCheckFrequency = metav1.Duration{Duration: time.Second}
+	}})
+	return n, static
 }
 
 // containerdLog is the rig's containerd log, which has a line for every CRI
@@ -201,12 +210,7 @@ func containerStates(ctx context.Context, f *framework.Framework, uid, name stri
 func TestPodWorkerStaticPodPutBackRunsAgain(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	static := f.BusyboxPod("default", "put-back", "sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait")
-	static.Spec.HostNetwork = true
-	static.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
-	n := startNode(t, f, framework.NodeletOptions{StaticPods: []*v1.Pod{static}, Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
-		c.FileCheckFrequency = metav1.Duration{Duration: time.Second}
-	}})
+	n, static := startWithSlowStopStatic(t, f, "put-back")
 	name := "put-back-" + f.Env.NodeName
 	runningMirror := func(what string, not types.UID) *v1.Pod {
 		t.Helper()

@@ -79,6 +79,7 @@ func New(t testing.TB) *Framework {
 		t.Fatalf("connecting to CRI: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	keepRigImages(t, env, c)
 	return &Framework{T: t, Env: env, Client: cs, RestConfig: cfg, CRI: c}
 }
 

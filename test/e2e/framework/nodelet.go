@@ -106,14 +106,19 @@ func DefaultKubeletConfiguration(env *RigEnv, dir string) *kubeletconfigv1beta1.
 		CgroupDriver:             "cgroupfs",
 		FailSwapOn:               ptr.To(false),
 		// The rig's host has cgroup v1 (hybrid) and cannot have v2; upstream refuses v1 by default.
-		FailCgroupV1:       ptr.To(false),
-		HealthzBindAddress: "127.0.0.1",
-		HealthzPort:        ptr.To(env.NodeletHealthzPort),
-		Port:               env.NodeletPort,
-		ReadOnlyPort:       0,
-		TLSCertFile:        env.KubeletServingCert,
-		TLSPrivateKeyFile:  env.KubeletServingKey,
-		ClusterDomain:      "cluster.local",
+		FailCgroupV1: ptr.To(false),
+		// Space-based image GC off (100, upstream's way to disable it): how full the host's
+		// disk is belongs to the machine, not the test, and above 85% GC would remove the
+		// rig's shared images whenever a test leaves them unused for two minutes. Tests of
+		// image GC set their own thresholds.
+		ImageGCHighThresholdPercent: ptr.To[int32](100),
+		HealthzBindAddress:          "127.0.0.1",
+		HealthzPort:                 ptr.To(env.NodeletHealthzPort),
+		Port:                        env.NodeletPort,
+		ReadOnlyPort:                0,
+		TLSCertFile:                 env.KubeletServingCert,
+		TLSPrivateKeyFile:           env.KubeletServingKey,
+		ClusterDomain:               "cluster.local",
 		Authentication: kubeletconfigv1beta1.KubeletAuthentication{
 			X509:      kubeletconfigv1beta1.KubeletX509Authentication{ClientCAFile: env.CACert},
 			Webhook:   kubeletconfigv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},

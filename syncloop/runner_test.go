@@ -46,6 +46,12 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 	}
 	g.open()
 	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
+	// Reclaimed is recorded by the worker's last step, just before its goroutine returns;
+	// a worker is dropped only once that goroutine is gone, so wait for it first.
+	s.mu.Lock()
+	exited := w.exited
+	s.mu.Unlock()
+	waitClosed(t, exited, "the worker goroutine to return")
 	s.housekeeping(s.ctx)
 	if got := s.worker(pod.UID); got != nil {
 		t.Errorf("the worker of a reclaimed pod the runtime no longer lists was not dropped")

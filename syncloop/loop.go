@@ -125,7 +125,7 @@ type Deps struct {
 	// Probes, when set, runs startup, liveness and readiness probes.
 	Probes Probes
 	// Admitters are extra admission checks (node shutdown, pressure); the first
-	// rejection wins.
+	// rejection wins. A pod the runtime already runs skips them (see admit).
 	Admitters []func(pod *v1.Pod) *Rejection
 }
 
@@ -212,6 +212,9 @@ func (l *Loop) Run(ctx context.Context) {
 		liveness, readiness, startup = l.deps.Probes.LivenessUpdates(), l.deps.Probes.ReadinessUpdates(), l.deps.Probes.StartupUpdates()
 	}
 	logger.Info("Starting sync loop")
+	// The runtime's pods are known before the first pod is admitted, so admission can
+	// tell a pod an earlier nodelet started from a new one.
+	l.deps.PLEG.Relist(ctx)
 	l.workersWG.Add(1)
 	go func() {
 		defer l.workersWG.Done()
@@ -366,9 +369,15 @@ func (l *Loop) admit(pod *v1.Pod) *Rejection {
 		}
 	}
 	l.mu.Unlock()
-	for _, a := range l.deps.Admitters {
-		if rej := a(pod); rej != nil {
-			return rej
+	// A pod the runtime already runs was admitted by an earlier nodelet: after a
+	// restart, node pressure or a shutdown in progress must not kill it through
+	// admission (upstream re-admits and may, kubernetes#83612); under pressure the
+	// eviction manager reclaims node resources first and then ranks pods.
+	if rt, _ := l.deps.Cache.Get(pod.UID); rt == nil || !anyRunning(rt) {
+		for _, a := range l.deps.Admitters {
+			if rej := a(pod); rej != nil {
+				return rej
+			}
 		}
 	}
 	return Admit(pod, active, l.deps.Node().Allocatable, l.deps.NodeLabels())

@@ -6,9 +6,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 )
 
@@ -190,4 +192,29 @@ func closedChan() <-chan struct{} {
 	ch := make(chan struct{})
 	close(ch)
 	return ch
+}
+
+// A pod the runtime already runs when nodelet starts (an earlier nodelet admitted
+// it) is not rejected by the pressure or shutdown admitters: a restart under
+// DiskPressure must not kill it. A new pod still is.
+func TestRunningPodSkipsPressureAdmissionAfterRestart(t *testing.T) {
+	s := newStepLoop(t)
+	s.deps.Admitters = []func(*v1.Pod) *Rejection{func(*v1.Pod) *Rejection {
+		return &Rejection{Reason: "Evicted", Message: "The node had condition: [DiskPressure]."}
+	}}
+	old := newPod("uid-ran", "ran-before")
+	s.rt.mu.Lock()
+	s.rt.pods[old.UID] = &pleg.PodStatus{UID: old.UID, Name: old.Name, Namespace: old.Namespace,
+		Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb-ran", State: runtimeapi.PodSandboxState_SANDBOX_READY}}}
+	s.rt.mu.Unlock()
+	fresh := newPod("uid-new", "new")
+
+	s.add(old)
+	s.add(fresh)
+	if st, ok := s.status.GetPodStatus(old.UID); ok && st.Phase == v1.PodFailed {
+		t.Errorf("the pod the runtime already ran was rejected: %s %q", st.Reason, st.Message)
+	}
+	if st, ok := s.status.GetPodStatus(fresh.UID); !ok || st.Phase != v1.PodFailed || st.Reason != "Evicted" {
+		t.Errorf("a new pod under pressure: status %+v, want Failed/Evicted", st)
+	}
 }

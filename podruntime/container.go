@@ -77,8 +77,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:      &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
-		Command:    c.Command,
-		Args:       c.Args,
+		Command:    envvars.ExpandCommand(c.Command, envs),
+		Args:       envvars.ExpandCommand(c.Args, envs),
 		WorkingDir: c.WorkingDir,
 		Envs:       envs,
 		Mounts:     mounts,

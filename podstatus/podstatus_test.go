@@ -274,3 +274,51 @@ func TestContainerStatusOrder(t *testing.T) {
 		t.Errorf("container order (-want +got):\n%s", diff)
 	}
 }
+
+// The phase follows the restarts podruntime makes: a container's own
+// restartPolicy and restartPolicyRules (ContainerRestartRules) over the pod's
+// restartPolicy, for app and init containers alike.
+func TestPhaseWithContainerRestartRules(t *testing.T) {
+	exit := runtimeapi.ContainerState_CONTAINER_EXITED
+	never, always := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyAlways
+	restartOn42 := []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	withPolicy := func(p *v1.Pod, policy *v1.ContainerRestartPolicy, rules []v1.ContainerRestartRule) *v1.Pod {
+		p.Spec.Containers[0].RestartPolicy, p.Spec.Containers[0].RestartPolicyRules = policy, rules
+		return p
+	}
+	backOff := map[string]Waiting{"a": {Reason: "CrashLoopBackOff"}}
+	tests := []struct {
+		name    string
+		pod     *v1.Pod
+		ctrs    []*runtimeapi.ContainerStatus
+		waiting map[string]Waiting
+		want    v1.PodPhase
+	}{
+		{"Never pod, rule matches exit 42: restarting", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 42, 1, "0")}, nil, v1.PodRunning},
+		{"Never pod, rule matches, in back-off", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 42, 1, "0")}, backOff, v1.PodRunning},
+		{"Never pod, rule does not match exit 1: failed", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodFailed},
+		{"Always pod, container Never exits 1: failed", withPolicy(pod(v1.RestartPolicyAlways, "a"), &never, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodFailed},
+		{"Always pod, container Never exits 0: succeeded", withPolicy(pod(v1.RestartPolicyAlways, "a"), &never, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, nil, v1.PodSucceeded},
+		{"Never pod, container Always exits 1: restarting", withPolicy(pod(v1.RestartPolicyNever, "a"), &always, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodRunning},
+		{"Never pod, one container Always restarting, the other done", withPolicy(pod(v1.RestartPolicyNever, "a", "b"), &always, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0"), cs("b", exit, 0, 1, "0")}, nil, v1.PodRunning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: tt.pod, Runtime: &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), Containers: tt.ctrs, IPs: []string{"10.0.0.2"}},
+				Waiting: tt.waiting, Now: now})
+			if s.Phase != tt.want {
+				t.Fatalf("phase = %s, want %s (statuses %+v)", s.Phase, tt.want, s.ContainerStatuses)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

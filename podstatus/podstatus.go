@@ -265,10 +265,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			p, had := prevByName[spec.Name]
 			w, ok := in.Waiting[spec.Name]
 			if !ok {
-				w = Waiting{Reason: "ContainerCreating"}
-				if initPending(in.Pod, spec) {
-					w.Reason = "PodInitializing"
-				}
+				w = Waiting{Reason: defaultWaitingReason(in.Pod)}
 			}
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
 			if had {
@@ -324,7 +321,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			// A completed init container counts as ready, as upstream reports it.
 			cs.Ready = isInit && !podutil.IsRestartableInitContainer(spec) && cur.ExitCode == 0
 		default:
-			reason := "ContainerCreating"
+			reason := defaultWaitingReason(in.Pod)
 			if w, ok := in.Waiting[spec.Name]; ok {
 				reason = w.Reason
 			}
@@ -350,17 +347,15 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 	return out
 }
 
-// initPending reports whether spec is an app container still behind init containers.
-func initPending(pod *v1.Pod, spec *v1.Container) bool {
-	if len(pod.Spec.InitContainers) == 0 {
-		return false
+// defaultWaitingReason is the reason of a container that has not run yet and
+// has no other: PodInitializing in a pod with init containers (for its init
+// containers too: a later one waits for the earlier ones), ContainerCreating
+// otherwise, as upstream.
+func defaultWaitingReason(pod *v1.Pod) string {
+	if len(pod.Spec.InitContainers) > 0 {
+		return "PodInitializing"
 	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == spec.Name {
-			return false
-		}
-	}
-	return true
+	return "ContainerCreating"
 }
 
 func terminated(in Input, spec *v1.Container, c *runtimeapi.ContainerStatus) *v1.ContainerStateTerminated {

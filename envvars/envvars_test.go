@@ -495,6 +495,42 @@ func TestExpand(t *testing.T) {
 	}
 }
 
+func TestExpandCommand(t *testing.T) {
+	env := []*runtimeapi.KeyValue{
+		{Key: "TEST_VAR", Value: []byte("test-value")},
+		{Key: "FROM_CM", Value: []byte("cm value")},
+		{Key: "EMPTY", Value: []byte("")},
+	}
+	tests := []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"nil stays nil: the image's entrypoint applies", nil, nil},
+		{"empty stays empty", []string{}, []string{}},
+		{"conformance command", []string{"sh", "-c", "TEST_VAR=wrong echo \"$(TEST_VAR)\""}, []string{"sh", "-c", "TEST_VAR=wrong echo \"test-value\""}},
+		{"several in one word", []string{"$(TEST_VAR)/$(FROM_CM)"}, []string{"test-value/cm value"}},
+		{"escaped", []string{"$$(TEST_VAR)", "$$$(TEST_VAR)"}, []string{"$(TEST_VAR)", "$test-value"}},
+		{"unresolvable kept", []string{"$(NOPE)", "x$(NOPE"}, []string{"$(NOPE)", "x$(NOPE"}},
+		{"empty value expands to nothing", []string{"[$(EMPTY)]"}, []string{"[]"}},
+		{"shell syntax untouched", []string{"$TEST_VAR ${TEST_VAR}"}, []string{"$TEST_VAR ${TEST_VAR}"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ExpandCommand(tt.in, env)
+			if (got == nil) != (tt.want == nil) || strings.Join(got, "\x00") != strings.Join(tt.want, "\x00") || len(got) != len(tt.want) {
+				t.Errorf("ExpandCommand(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+	// The spec's slice is never written to: the pod object is shared.
+	in := []string{"$(TEST_VAR)"}
+	ExpandCommand(in, env)
+	if in[0] != "$(TEST_VAR)" {
+		t.Errorf("ExpandCommand changed its input to %q", in)
+	}
+}
+
 func TestMetadataFieldValue(t *testing.T) {
 	pod := basePod()
 	tests := []struct {

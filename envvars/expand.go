@@ -1,6 +1,10 @@
 package envvars
 
-import "strings"
+import (
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
 
 // Expand replaces $(VAR) references in s using lookup, with the documented
 // Kubernetes rules: `$$` becomes `$`; a reference to an unknown variable,
@@ -43,4 +47,28 @@ func Expand(s string, lookup func(name string) (string, bool)) string {
 		}
 	}
 	return b.String()
+}
+
+// ExpandCommand expands $(VAR) references in a container's command or args
+// from its resolved environment env, as upstream does before creating the
+// container: the same rules as Expand, a reference to a variable env does not
+// hold is kept as written. A nil or empty list stays as it is, so the image's
+// entrypoint and cmd still apply.
+func ExpandCommand(list []string, env []*runtimeapi.KeyValue) []string {
+	if len(list) == 0 {
+		return list
+	}
+	values := make(map[string]string, len(env))
+	for _, kv := range env {
+		values[kv.GetKey()] = string(kv.GetValue())
+	}
+	lookup := func(name string) (string, bool) {
+		v, ok := values[name]
+		return v, ok
+	}
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = Expand(s, lookup)
+	}
+	return out
 }

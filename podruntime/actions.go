@@ -94,13 +94,14 @@ func (a *Actions) newSandbox(pod *v1.Pod, st *pleg.PodStatus, byName map[string]
 	a.Attempt = attempt
 	// Upstream sets KillPod for a new pod too, where it stops nothing.
 	a.KillPod = len(st.Sandboxes) > 0 || len(st.Containers) > 0
-	// A pod that must never restart does not get a second sandbox once containers ran.
-	if pod.Spec.RestartPolicy == v1.RestartPolicyNever && attempt > 0 && len(st.Containers) > 0 {
+	// A pod that must never restart (no container may) does not get a second
+	// sandbox once containers ran.
+	if !anyRestartable(pod) && attempt > 0 && len(st.Containers) > 0 {
 		return
 	}
 	var start []int
 	for i := range pod.Spec.Containers {
-		if prev := byName[pod.Spec.Containers[i].Name]; prev != nil && finishedForGood(pod, prev) {
+		if prev := byName[pod.Spec.Containers[i].Name]; prev != nil && finishedForGood(pod, &pod.Spec.Containers[i], prev) {
 			continue
 		}
 		start = append(start, i)
@@ -189,7 +190,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 				break
 			}
 			if prev.ExitCode != 0 {
-				if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				if !podutil.ContainerShouldRestart(c, &pod.Spec, prev.ExitCode) {
 					a.failInit()
 					return false
 				}
@@ -205,7 +206,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 			}
 		default:
 			// Unknown: it may still run, so it is stopped before a new one starts.
-			if !sidecar && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			if !sidecar && !podutil.RestartsAfterKill(&pod.Spec, c) {
 				a.failInit()
 				return false
 			}
@@ -251,14 +252,14 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 			if msg, bad := a.probeKill(pod, c, prev, probes, false); bad {
 				a.KillContainers[prev.Id] = msg
 				// It restarts on the next sync through the usual restart policy and back-off.
-				if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+				if podutil.RestartsAfterKill(&pod.Spec, c) {
 					wanted++
 				}
 				continue
 			}
 			keep++
 		case prev.State == runtimeapi.ContainerState_CONTAINER_EXITED:
-			if finishedForGood(pod, prev) {
+			if finishedForGood(pod, c, prev) {
 				continue
 			}
 			wanted++
@@ -298,7 +299,7 @@ func (a *Actions) probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.Conta
 		a.KillGrace[prev.Id] = *p.TerminationGracePeriodSeconds
 	}
 	msg := fmt.Sprintf("Container %s failed %s probe", c.Name, probe)
-	if sidecar || pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+	if sidecar || podutil.RestartsAfterKill(&pod.Spec, c) {
 		msg += ", will be restarted"
 	}
 	return msg, true
@@ -338,19 +339,23 @@ func BackoffKey(pod *v1.Pod, c *v1.Container) string {
 	return fmt.Sprintf("%s_%s_%s_%s_%s", pod.Name, pod.Namespace, pod.UID, c.Name, ContainerHash(c))
 }
 
-// finishedForGood says whether the restart policy keeps an exited container down.
-func finishedForGood(pod *v1.Pod, prev *runtimeapi.ContainerStatus) bool {
+// finishedForGood says whether the restart policies (the container's rules and
+// policy, then the pod's) keep exited container c down.
+func finishedForGood(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus) bool {
 	if prev.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false
 	}
-	switch pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return true
-	case v1.RestartPolicyOnFailure:
-		return prev.ExitCode == 0
-	default:
-		return false
+	return !podutil.ContainerShouldRestart(c, &pod.Spec, prev.ExitCode)
+}
+
+// anyRestartable says whether any app container of pod may ever restart.
+func anyRestartable(pod *v1.Pod) bool {
+	for i := range pod.Spec.Containers {
+		if podutil.IsContainerRestartable(&pod.Spec, &pod.Spec.Containers[i]) {
+			return true
+		}
 	}
+	return false
 }
 
 // sandboxChanged reports whether the pod needs a new sandbox (none, not ready,

@@ -146,6 +146,25 @@ func (f fixture) only(names ...string) fixture {
 
 func (f fixture) policy(p v1.RestartPolicy) fixture { f.pod.Spec.RestartPolicy = p; return f }
 
+// restartPolicy gives container name its own restartPolicy and rules
+// (ContainerRestartRules); its runtime containers keep matching its spec.
+func (f fixture) restartPolicy(name string, p v1.ContainerRestartPolicy, rules ...v1.ContainerRestartRule) fixture {
+	c := specByName(f.pod, name)
+	c.RestartPolicy, c.RestartPolicyRules = &p, rules
+	for _, s := range f.st.Containers {
+		if containerName(s) == name {
+			s.Annotations[cri.AnnotationContainerHash] = ContainerHash(c)
+		}
+	}
+	return f
+}
+
+// restartOn is a rule restarting the container on the exit codes op values.
+func restartOn(op v1.ContainerRestartRuleOnExitCodesOperator, values ...int32) v1.ContainerRestartRule {
+	return v1.ContainerRestartRule{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: values}}
+}
+
 // deadSandbox makes the sandbox not ready; it was created with attempt.
 func (f fixture) deadSandbox(attempt uint32) fixture {
 	f.st.Sandboxes[0].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
@@ -328,6 +347,49 @@ func TestComputeActions(t *testing.T) {
 		{name: "sandbox dead after every app container succeeded under OnFailure: no sandbox, init containers not rerun",
 			f:    withSidecars().policy(v1.RestartPolicyOnFailure).deadSandbox(0).set("restartable-init-1", exited(0)).add("foo1", exited(0)).add("foo2", exited(0)).add("foo3", exited(0)),
 			want: Actions{KillPod: true, Attempt: 1}},
+
+		// ContainerRestartRules (KEP-5307): a container's restartPolicy and rules over the pod's policy.
+		{name: "rules: Never pod, rule In [42] matches exit 42: restart",
+			f:    base().policy(v1.RestartPolicyNever).set("foo1", exited(42)).restartPolicy("foo1", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpIn, 42)),
+			want: sb(Actions{StartContainers: []int{0}})},
+		{name: "rules: Never pod, rule In [42] does not match exit 1, container Never: stays down",
+			f:    base().policy(v1.RestartPolicyNever).set("foo1", exited(1)).restartPolicy("foo1", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpIn, 42)),
+			want: sb(Actions{})},
+		{name: "rules: NotIn [0] matches exit 3 in a Never pod: restart",
+			f:    base().policy(v1.RestartPolicyNever).set("foo2", exited(3)).restartPolicy("foo2", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0)),
+			want: sb(Actions{StartContainers: []int{1}})},
+		{name: "rules: container Always in a Never pod: restart",
+			f:    base().policy(v1.RestartPolicyNever).set("foo1", exited(1)).restartPolicy("foo1", v1.ContainerRestartPolicyAlways),
+			want: sb(Actions{StartContainers: []int{0}})},
+		{name: "rules: container Never in an Always pod: stays down, the others run on",
+			f:    base().set("foo1", exited(1)).restartPolicy("foo1", v1.ContainerRestartPolicyNever),
+			want: sb(Actions{})},
+		{name: "rules: container OnFailure in an Always pod exited 0: stays down",
+			f:    base().set("foo3", exited(0)).restartPolicy("foo3", v1.ContainerRestartPolicyOnFailure),
+			want: sb(Actions{})},
+		{name: "rules: Always pod whose only container (Never) exited: pod killed",
+			f:    fixture{pod: testPod(v1.RestartPolicyAlways, "foo1"), st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}}}.add("foo1", exited(1)).restartPolicy("foo1", v1.ContainerRestartPolicyNever),
+			want: sb(Actions{KillPod: true})},
+		{name: "rules: liveness failure of a container Never in an Always pod: killed, not to be restarted",
+			f: base().restartPolicy("foo2", v1.ContainerRestartPolicyNever), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe"}})},
+		{name: "rules: liveness failure of a container Always in a Never pod: will be restarted",
+			f: base().policy(v1.RestartPolicyNever).restartPolicy("foo2", v1.ContainerRestartPolicyAlways), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe, will be restarted"}})},
+		{name: "rules: dead sandbox of a Never pod with a restartable container: new sandbox for what restarts",
+			f: base().policy(v1.RestartPolicyNever).deadSandbox(1).set("foo1", exited(42)).set("foo2", exited(0)).set("foo3", exited(1)).
+				restartPolicy("foo1", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpIn, 42)),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 2, StartContainers: []int{0}}},
+		{name: "rules: dead sandbox of a Never pod whose rule does not match: no new sandbox",
+			f: base().policy(v1.RestartPolicyNever).deadSandbox(1).set("foo1", exited(1)).set("foo2", exited(0)).set("foo3", exited(1)).
+				restartPolicy("foo1", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpIn, 42)),
+			want: Actions{KillPod: true, Attempt: 2}},
+		{name: "rules: init container of a Never pod restarted by its rule",
+			f:    withInits().policy(v1.RestartPolicyNever).set("init3", exited(42)).restartPolicy("init3", v1.ContainerRestartPolicyNever, restartOn(v1.ContainerRestartRuleOnExitCodesOpIn, 42)),
+			want: sb(Actions{StartInit: []int{2}})},
+		{name: "rules: init container Never in an Always pod fails the pod",
+			f:    withInits().set("init3", exited(1)).restartPolicy("init3", v1.ContainerRestartPolicyNever),
+			want: sb(Actions{KillPod: true, InitFailed: true})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

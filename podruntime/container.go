@@ -54,6 +54,10 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	if err != nil || w != nil {
 		return w, err
 	}
+	if err := m.checkRunAsNonRoot(ctx, pod, c, imageRef); err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("verifying runAsNonRoot of container %s: %w", c.Name, err)
+	}
 
 	restartCount := 0
 	if prev := latestByName(st)[c.Name]; prev != nil {
@@ -77,8 +81,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:      &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
-		Command:    c.Command,
-		Args:       c.Args,
+		Command:    envvars.ExpandCommand(c.Command, envs),
+		Args:       envvars.ExpandCommand(c.Args, envs),
 		WorkingDir: c.WorkingDir,
 		Envs:       envs,
 		Mounts:     mounts,

@@ -265,10 +265,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			p, had := prevByName[spec.Name]
 			w, ok := in.Waiting[spec.Name]
 			if !ok {
-				w = Waiting{Reason: "ContainerCreating"}
-				if initPending(in.Pod, spec) {
-					w.Reason = "PodInitializing"
-				}
+				w = Waiting{Reason: defaultWaitingReason(in.Pod)}
 			}
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}
 			if had {
@@ -324,7 +321,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			// A completed init container counts as ready, as upstream reports it.
 			cs.Ready = isInit && !podutil.IsRestartableInitContainer(spec) && cur.ExitCode == 0
 		default:
-			reason := "ContainerCreating"
+			reason := defaultWaitingReason(in.Pod)
 			if w, ok := in.Waiting[spec.Name]; ok {
 				reason = w.Reason
 			}
@@ -350,17 +347,15 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 	return out
 }
 
-// initPending reports whether spec is an app container still behind init containers.
-func initPending(pod *v1.Pod, spec *v1.Container) bool {
-	if len(pod.Spec.InitContainers) == 0 {
-		return false
+// defaultWaitingReason is the reason of a container that has not run yet and
+// has no other: PodInitializing in a pod with init containers (for its init
+// containers too: a later one waits for the earlier ones), ContainerCreating
+// otherwise, as upstream.
+func defaultWaitingReason(pod *v1.Pod) string {
+	if len(pod.Spec.InitContainers) > 0 {
+		return "PodInitializing"
 	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == spec.Name {
-			return false
-		}
-	}
-	return true
+	return "ContainerCreating"
 }
 
 func terminated(in Input, spec *v1.Container, c *runtimeapi.ContainerStatus) *v1.ContainerStateTerminated {
@@ -411,7 +406,9 @@ func nanoTime(ns int64) metav1.Time {
 	return metav1.NewTime(time.Unix(0, ns))
 }
 
-// phase follows the upstream rules for each restartPolicy.
+// phase follows the upstream rules, restarts decided as podruntime decides them
+// (podutil.ContainerShouldRestart: container restartPolicyRules and
+// restartPolicy, then the pod's restartPolicy).
 func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase {
 	// Init containers: a failed one under Never fails the pod; any not yet done keeps it Pending.
 	for i, ic := range pod.Spec.InitContainers {
@@ -433,16 +430,23 @@ func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		if t := st.State.Terminated; t != nil && t.ExitCode == 0 {
 			continue
 		}
-		if t := st.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+		// A failed init container that will not run again fails the pod.
+		if t := st.State.Terminated; t != nil && !podutil.ContainerShouldRestart(&pod.Spec.InitContainers[i], &pod.Spec, t.ExitCode) {
 			return v1.PodFailed
 		}
-		if st.State.Waiting != nil && st.LastTerminationState.Terminated != nil && st.LastTerminationState.Terminated.ExitCode == 0 {
-			continue
+		if t := st.LastTerminationState.Terminated; st.State.Waiting != nil && t != nil {
+			if t.ExitCode == 0 {
+				continue
+			}
+			if !podutil.ContainerShouldRestart(&pod.Spec.InitContainers[i], &pod.Spec, t.ExitCode) {
+				return v1.PodFailed
+			}
 		}
 		return v1.PodPending
 	}
-	var running, waiting, stopped, succeeded, unknown int
-	for _, c := range pod.Spec.Containers {
+	// stoppedForGood counts stopped containers that will not restart.
+	var running, waiting, stopped, stoppedForGood, succeeded, unknown int
+	for i, c := range pod.Spec.Containers {
 		var st *v1.ContainerStatus
 		for j := range statuses {
 			if statuses[j].Name == c.Name {
@@ -459,11 +463,17 @@ func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 			if st.State.Terminated.ExitCode == 0 {
 				succeeded++
 			}
+			if !podutil.ContainerShouldRestart(&pod.Spec.Containers[i], &pod.Spec, st.State.Terminated.ExitCode) {
+				stoppedForGood++
+			}
 		case st.State.Waiting != nil:
-			if st.LastTerminationState.Terminated != nil {
+			if t := st.LastTerminationState.Terminated; t != nil {
 				stopped++
-				if st.LastTerminationState.Terminated.ExitCode == 0 {
+				if t.ExitCode == 0 {
 					succeeded++
+				}
+				if !podutil.ContainerShouldRestart(&pod.Spec.Containers[i], &pod.Spec, t.ExitCode) {
+					stoppedForGood++
 				}
 			} else {
 				waiting++
@@ -478,18 +488,14 @@ func phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	case running > 0 && unknown == 0:
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		switch pod.Spec.RestartPolicy {
-		case v1.RestartPolicyAlways:
+		// Every container stopped: the pod runs on while one of them restarts
+		// (by the container's rules and policy, then the pod's), and ends otherwise.
+		switch {
+		case stopped != stoppedForGood:
 			return v1.PodRunning
-		case v1.RestartPolicyOnFailure:
-			if stopped == succeeded {
-				return v1.PodSucceeded
-			}
-			return v1.PodRunning
+		case stopped == succeeded:
+			return v1.PodSucceeded
 		default:
-			if stopped == succeeded {
-				return v1.PodSucceeded
-			}
 			return v1.PodFailed
 		}
 	default:

@@ -1,6 +1,7 @@
 package podstatus
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -224,11 +225,11 @@ func TestTerminalPodEndsWaitingContainers(t *testing.T) {
 			wantPhase: v1.PodFailed, want: []containerView{{Name: "a", State: completed("a-0")}, {Name: "b", State: unknownAtEnd}}},
 		{name: "deleted before any init container ran: the first init container ends, app containers keep waiting",
 			pod: withInits(v1.RestartPolicyAlways, "setup", "migrate"), terminal: true, wantPhase: v1.PodFailed,
-			wantInit: []containerView{{Name: "setup", State: unknownAtEnd}, {Name: "migrate", State: waiting("ContainerCreating")}},
+			wantInit: []containerView{{Name: "setup", State: unknownAtEnd}, {Name: "migrate", State: waiting("PodInitializing")}},
 			want:     []containerView{{Name: "app", State: waiting("PodInitializing")}}},
 		{name: "init container failed under Never: what never started keeps waiting",
 			pod: withInits(v1.RestartPolicyNever, "setup", "migrate"), ctrs: []*runtimeapi.ContainerStatus{cs("setup", exit, 1, 1, "0")}, wantPhase: v1.PodFailed,
-			wantInit: []containerView{{Name: "setup", State: failedInit}, {Name: "migrate", State: waiting("ContainerCreating")}},
+			wantInit: []containerView{{Name: "setup", State: failedInit}, {Name: "migrate", State: waiting("PodInitializing")}},
 			want:     []containerView{{Name: "app", State: waiting("PodInitializing")}}},
 		{name: "not terminal: waiting stays waiting", pod: pod(v1.RestartPolicyAlways, "a"), wantPhase: v1.PodPending,
 			want: []containerView{{Name: "a", State: waiting("ContainerCreating")}}},
@@ -274,3 +275,131 @@ func TestContainerStatusOrder(t *testing.T) {
 		t.Errorf("container order (-want +got):\n%s", diff)
 	}
 }
+
+// The phase follows the restarts podruntime makes: a container's own
+// restartPolicy and restartPolicyRules (ContainerRestartRules) over the pod's
+// restartPolicy, for app and init containers alike.
+func TestPhaseWithContainerRestartRules(t *testing.T) {
+	exit := runtimeapi.ContainerState_CONTAINER_EXITED
+	never, always := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyAlways
+	restartOn42 := []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	withPolicy := func(p *v1.Pod, policy *v1.ContainerRestartPolicy, rules []v1.ContainerRestartRule) *v1.Pod {
+		p.Spec.Containers[0].RestartPolicy, p.Spec.Containers[0].RestartPolicyRules = policy, rules
+		return p
+	}
+	backOff := map[string]Waiting{"a": {Reason: "CrashLoopBackOff"}}
+	tests := []struct {
+		name    string
+		pod     *v1.Pod
+		ctrs    []*runtimeapi.ContainerStatus
+		waiting map[string]Waiting
+		want    v1.PodPhase
+	}{
+		{"Never pod, rule matches exit 42: restarting", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 42, 1, "0")}, nil, v1.PodRunning},
+		{"Never pod, rule matches, in back-off", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 42, 1, "0")}, backOff, v1.PodRunning},
+		{"Never pod, rule does not match exit 1: failed", withPolicy(pod(v1.RestartPolicyNever, "a"), &never, restartOn42),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodFailed},
+		{"Always pod, container Never exits 1: failed", withPolicy(pod(v1.RestartPolicyAlways, "a"), &never, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodFailed},
+		{"Always pod, container Never exits 0: succeeded", withPolicy(pod(v1.RestartPolicyAlways, "a"), &never, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 0, 1, "0")}, nil, v1.PodSucceeded},
+		{"Never pod, container Always exits 1: restarting", withPolicy(pod(v1.RestartPolicyNever, "a"), &always, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0")}, nil, v1.PodRunning},
+		{"Never pod, one container Always restarting, the other done", withPolicy(pod(v1.RestartPolicyNever, "a", "b"), &always, nil),
+			[]*runtimeapi.ContainerStatus{cs("a", exit, 1, 1, "0"), cs("b", exit, 0, 1, "0")}, nil, v1.PodRunning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: tt.pod, Runtime: &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), Containers: tt.ctrs, IPs: []string{"10.0.0.2"}},
+				Waiting: tt.waiting, Now: now})
+			if s.Phase != tt.want {
+				t.Fatalf("phase = %s, want %s (statuses %+v)", s.Phase, tt.want, s.ContainerStatuses)
+			}
+		})
+	}
+}
+
+// A failed init container: those after it wait with reason PodInitializing, app
+// containers too; under Never the pod fails, under Always and OnFailure it stays
+// Pending while the init container is retried (upstream's InitContainer
+// conformance specs).
+func TestFailedInitContainer(t *testing.T) {
+	exit := runtimeapi.ContainerState_CONTAINER_EXITED
+	withInits := func(policy v1.RestartPolicy) *v1.Pod {
+		p := pod(policy, "run1")
+		p.Spec.InitContainers = []v1.Container{{Name: "init1", Image: "img"}, {Name: "init2", Image: "img"}}
+		return p
+	}
+	ruled := withInits(v1.RestartPolicyNever)
+	ruled.Spec.InitContainers[0].RestartPolicy = ptrTo(v1.ContainerRestartPolicyNever)
+	ruled.Spec.InitContainers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{1}}}}
+	backOff := map[string]Waiting{"init1": {Reason: "CrashLoopBackOff"}}
+	tests := []struct {
+		name      string
+		pod       *v1.Pod
+		ctrs      []*runtimeapi.ContainerStatus
+		waiting   map[string]Waiting
+		wantPhase v1.PodPhase
+		wantInit  []string // waiting reason, or "terminated:<code>", "running"
+	}{
+		{"nothing ran yet", withInits(v1.RestartPolicyAlways), nil, nil, v1.PodPending, []string{"PodInitializing", "PodInitializing"}},
+		{"Never: first failed", withInits(v1.RestartPolicyNever), []*runtimeapi.ContainerStatus{cs("init1", exit, 1, 1, "0")}, nil,
+			v1.PodFailed, []string{"terminated:1", "PodInitializing"}},
+		{"Never: second failed", withInits(v1.RestartPolicyNever), []*runtimeapi.ContainerStatus{cs("init1", exit, 0, 1, "0"), cs("init2", exit, 1, 2, "0")}, nil,
+			v1.PodFailed, []string{"terminated:0", "terminated:1"}},
+		{"Always: first failed, not yet restarted", withInits(v1.RestartPolicyAlways), []*runtimeapi.ContainerStatus{cs("init1", exit, 1, 1, "0")}, nil,
+			v1.PodPending, []string{"terminated:1", "PodInitializing"}},
+		{"Always: first failed, in back-off", withInits(v1.RestartPolicyAlways), []*runtimeapi.ContainerStatus{cs("init1", exit, 1, 1, "2")}, backOff,
+			v1.PodPending, []string{"CrashLoopBackOff", "PodInitializing"}},
+		{"OnFailure: first failed, in back-off", withInits(v1.RestartPolicyOnFailure), []*runtimeapi.ContainerStatus{cs("init1", exit, 1, 1, "2")}, backOff,
+			v1.PodPending, []string{"CrashLoopBackOff", "PodInitializing"}},
+		{"Never pod, init rule restarts exit 1", ruled, []*runtimeapi.ContainerStatus{cs("init1", exit, 1, 1, "0")}, nil,
+			v1.PodPending, []string{"terminated:1", "PodInitializing"}},
+		{"created, not started: waiting for its start", withInits(v1.RestartPolicyAlways),
+			[]*runtimeapi.ContainerStatus{cs("init1", runtimeapi.ContainerState_CONTAINER_CREATED, 0, 1, "0")}, nil,
+			v1.PodPending, []string{"PodInitializing", "PodInitializing"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: tt.pod, Runtime: &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), Containers: tt.ctrs, IPs: []string{"10.0.0.2"}},
+				Waiting: tt.waiting, Now: now})
+			if s.Phase != tt.wantPhase {
+				t.Errorf("phase = %s, want %s", s.Phase, tt.wantPhase)
+			}
+			var got []string
+			for _, c := range s.InitContainerStatuses {
+				switch {
+				case c.State.Waiting != nil:
+					got = append(got, c.State.Waiting.Reason)
+				case c.State.Terminated != nil:
+					got = append(got, "terminated:"+strconv.Itoa(int(c.State.Terminated.ExitCode)))
+				default:
+					got = append(got, "running")
+				}
+			}
+			if diff := cmp.Diff(tt.wantInit, got); diff != "" {
+				t.Errorf("init containers (-want +got):\n%s", diff)
+			}
+			for _, c := range s.ContainerStatuses {
+				if c.State.Waiting == nil || c.State.Waiting.Reason != "PodInitializing" {
+					t.Errorf("app container %s = %+v, want waiting PodInitializing", c.Name, c.State)
+				}
+			}
+			init := cond(v1.PodInitialized, false, "")
+			for _, c := range s.Conditions {
+				if c.Type == v1.PodInitialized {
+					init = c
+				}
+			}
+			if init.Status != v1.ConditionFalse || init.Reason != "ContainersNotInitialized" {
+				t.Errorf("Initialized = %+v, want False/ContainersNotInitialized", init)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -126,18 +126,10 @@ func (w *worker) findStatus(s v1.PodStatus) *v1.ContainerStatus {
 	return nil
 }
 
-// willRestart says whether a terminated container of this pod comes back.
+// willRestart says whether a terminated container of this pod comes back
+// (a sidecar's restartPolicy Always says so too).
 func (w *worker) willRestart(t *v1.ContainerStateTerminated) bool {
-	if w.container.RestartPolicy != nil && *w.container.RestartPolicy == v1.ContainerRestartPolicyAlways {
-		return true
-	}
-	switch w.pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return t.ExitCode != 0
-	}
-	return true
+	return podutil.ContainerShouldRestart(w.container, &w.pod.Spec, t.ExitCode)
 }
 
 // doProbe probes once and reports whether the worker should keep going.

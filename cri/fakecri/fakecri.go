@@ -227,6 +227,19 @@ func (f *Runtime) AddImage(ref string) {
 	f.addImageLocked(ref)
 }
 
+// SetImageUser makes ref present and sets the user its config names, as a
+// runtime reports it in ImageStatus: a numeric uid, or else a user name
+// (neither: the image names no user).
+func (f *Runtime) SetImageUser(ref string, uid *int64, username string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	img := f.addImageLocked(ref)
+	img.Uid, img.Username = nil, username
+	if uid != nil {
+		img.Uid = &runtimeapi.Int64Value{Value: *uid}
+	}
+}
+
 // RequireAuth makes repo (an image reference without tag or digest, as pods
 // write it) private, like a registry with basic auth: PullImage of it then
 // fails without username and password. Images already present stay usable.

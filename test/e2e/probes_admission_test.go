@@ -60,10 +60,11 @@ func TestProbesAndAdmission(t *testing.T) {
 	if err := os.Chmod(l.dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	started := time.Now()
 	startNode(t, f, framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
 		c.AllowedUnsafeSysctls = []string{"kernel.msgmax", "fs.mqueue.*"}
 	}})
+	// The node is Ready: nodelet's probe manager was made before this.
+	started := time.Now()
 
 	t.Run("SidecarReadinessGatesPodReady", func(t *testing.T) {
 		t.Parallel()

@@ -302,6 +302,10 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		PullRecords:           pullRecords,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
+	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
+	if err != nil {
+		return nil, err
+	}
 	loop := syncloop.New(syncloop.Config{
 		SyncFrequency: kc.SyncFrequency.Duration,
 		RootDir:       opts.RootDir,
@@ -313,6 +317,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
+		Sysctls:    sysctls,
 	})
 	a.synced = loop.Synced()
 

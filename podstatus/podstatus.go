@@ -529,10 +529,23 @@ func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
 		}
 		initialized = initialized && done
 	}
-	containersReady := len(s.ContainerStatuses) > 0
-	for _, st := range s.ContainerStatuses {
-		containersReady = containersReady && st.Ready
+	// Sidecars count for readiness as app containers do, and are named first (upstream's order).
+	var unready []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if !podutil.IsRestartableInitContainer(c) {
+			continue
+		}
+		if st := statusNamed(s.InitContainerStatuses, c.Name); st == nil || !st.Ready {
+			unready = append(unready, c.Name)
+		}
 	}
+	for _, st := range s.ContainerStatuses {
+		if !st.Ready {
+			unready = append(unready, st.Name)
+		}
+	}
+	containersReady := len(s.ContainerStatuses) > 0 && len(unready) == 0
 	if s.Phase == v1.PodSucceeded {
 		containersReady = false
 	}
@@ -548,13 +561,7 @@ func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
 		cond(v1.PodScheduled, true, ""),
 	}
 	if !containersReady {
-		var names []string
-		for _, st := range s.ContainerStatuses {
-			if !st.Ready {
-				names = append(names, st.Name)
-			}
-		}
-		if len(names) > 0 {
+		if names := unready; len(names) > 0 {
 			msg := "containers with unready status: [" + strings.Join(names, " ") + "]"
 			want[2].Message = msg
 			want[3].Message = msg
@@ -590,6 +597,15 @@ func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
 		}
 	}
 	return out
+}
+
+func statusNamed(list []v1.ContainerStatus, name string) *v1.ContainerStatus {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
 }
 
 func readinessGatesOK(pod *v1.Pod) bool {

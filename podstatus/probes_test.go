@@ -39,9 +39,17 @@ func TestProbesDriveReadyAndStarted(t *testing.T) {
 			fakeProbes{started: map[string]bool{"a-0": true}, ready: map[string]bool{}}, true, false, v1.ConditionFalse, nil},
 		{"not started is never ready", pod(v1.RestartPolicyAlways, "a"), []*runtimeapi.ContainerStatus{cs("a", run, 0, 1, "0")},
 			fakeProbes{started: map[string]bool{}, ready: map[string]bool{"a-0": true}}, false, false, v1.ConditionFalse, nil},
-		{"completed init is ready, sidecar by its probes", withInit(), []*runtimeapi.ContainerStatus{
+		// A sidecar's readiness counts for the pod's, as upstream (ContainersReady
+		// names restartable init containers too).
+		{"completed init is ready, unready sidecar keeps the pod unready", withInit(), []*runtimeapi.ContainerStatus{
 			cs("init", exit, 0, 1, "0"), cs("side", run, 0, 2, "0"), cs("a", run, 0, 3, "0")},
-			fakeProbes{started: map[string]bool{"side-0": true, "a-0": true}, ready: map[string]bool{"a-0": true}}, true, true, v1.ConditionTrue, []bool{true, false}},
+			fakeProbes{started: map[string]bool{"side-0": true, "a-0": true}, ready: map[string]bool{"a-0": true}}, true, true, v1.ConditionFalse, []bool{true, false}},
+		{"ready sidecar and app container make the pod ready", withInit(), []*runtimeapi.ContainerStatus{
+			cs("init", exit, 0, 1, "0"), cs("side", run, 0, 2, "0"), cs("a", run, 0, 3, "0")},
+			fakeProbes{started: map[string]bool{"side-0": true, "a-0": true}, ready: map[string]bool{"a-0": true, "side-0": true}}, true, true, v1.ConditionTrue, []bool{true, true}},
+		{"sidecar not started is not ready", withInit(), []*runtimeapi.ContainerStatus{
+			cs("init", exit, 0, 1, "0"), cs("side", run, 0, 2, "0"), cs("a", run, 0, 3, "0")},
+			fakeProbes{started: map[string]bool{"a-0": true}, ready: map[string]bool{"a-0": true, "side-0": true}}, true, true, v1.ConditionFalse, []bool{true, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +62,10 @@ func TestProbesDriveReadyAndStarted(t *testing.T) {
 			for _, cond := range s.Conditions {
 				if (cond.Type == v1.PodReady || cond.Type == v1.ContainersReady) && cond.Status != tt.wantPodCond {
 					t.Errorf("%s = %s, want %s", cond.Type, cond.Status, tt.wantPodCond)
+				}
+				if cond.Type == v1.PodReady && tt.wantPodCond == v1.ConditionFalse && len(tt.initReady) > 1 && !tt.initReady[1] &&
+					cond.Message != "containers with unready status: [side]" {
+					t.Errorf("Ready message = %q, want the sidecar named", cond.Message)
 				}
 			}
 			for i, want := range tt.initReady {

@@ -255,9 +255,12 @@ func (m *Manager) Unhealthy(containerID string) (string, bool) {
 	return "", false
 }
 
-// UpdatePodStatus is told each status the sync loop stored: a worker whose
-// container just started and has no result yet probes at once rather than
-// waiting up to a period (a new pod turns Ready as soon as it can).
+// UpdatePodStatus is told each status the sync loop stored. Like upstream it
+// asks workers to probe now rather than up to a period later, so a container
+// turns started and Ready as soon as it can: a startup or liveness worker whose
+// running container has no result yet, and a readiness worker whose started
+// container is not ready yet (its startup probe just passed, or it just started
+// without one). Sidecars count like app containers.
 func (m *Manager) UpdatePodStatus(pod *v1.Pod, status v1.PodStatus) {
 	for _, list := range [][]v1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
 		for _, cs := range list {
@@ -266,7 +269,7 @@ func (m *Manager) UpdatePodStatus(pod *v1.Pod, status v1.PodStatus) {
 			}
 			id := rawID(cs.ContainerID)
 			for _, t := range []ProbeType{Startup, Readiness, Liveness} {
-				if _, ok := m.resultsFor(t).get(id); ok {
+				if !needsProbeNow(t, cs, m.resultsFor(t), id) {
 					continue
 				}
 				if w := m.getWorker(pod.UID, cs.Name, t); w != nil {
@@ -275,6 +278,16 @@ func (m *Manager) UpdatePodStatus(pod *v1.Pod, status v1.PodStatus) {
 			}
 		}
 	}
+}
+
+// needsProbeNow says whether the worker of probe type t should probe the running
+// container id at once.
+func needsProbeNow(t ProbeType, cs v1.ContainerStatus, r *results, id string) bool {
+	res, known := r.get(id)
+	if t == Readiness && cs.Started != nil && *cs.Started {
+		return res != Success
+	}
+	return !known
 }
 
 // rawID strips the "<runtime>://" prefix of a status container ID.

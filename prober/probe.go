@@ -36,6 +36,10 @@ const (
 	Success
 	// Failure means the container failed.
 	Failure
+	// Warning is a Success the user should hear about (an HTTP probe that
+	// ended on a redirect). Only Handler returns it: workers record a
+	// ProbeWarning event and count it as Success, as upstream does.
+	Warning
 )
 
 func (r Result) String() string {
@@ -44,6 +48,8 @@ func (r Result) String() string {
 		return "success"
 	case Failure:
 		return "failure"
+	case Warning:
+		return "warning"
 	default:
 		return "unknown"
 	}
@@ -82,15 +88,15 @@ func NewHandler(exec Execer) *Handler {
 	return &Handler{exec: exec, http: &http.Client{Transport: tr, CheckRedirect: sameHostRedirects}}
 }
 
-// errOtherHost stops redirects to another host; the probe then succeeds with a warning.
-var errOtherHost = errors.New("redirect to a different host")
-
+// sameHostRedirects follows redirects to the probed host only, as upstream:
+// a redirect elsewhere is not followed, its 3xx response is the answer (a
+// Warning), and the 11th redirect on the same host is an error.
 func sameHostRedirects(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
-	}
-	if req.URL.Hostname() != via[0].URL.Hostname() {
-		return errOtherHost
 	}
 	return nil
 }
@@ -123,7 +129,9 @@ func (h *Handler) Exec(ctx context.Context, t Target, cmd []string, timeout time
 	return Unknown, "", err
 }
 
-// HTTPGet requests the action's URL. 2xx and 3xx are Success.
+// HTTPGet requests the action's URL. 2xx is Success; a 3xx left unfollowed (a
+// redirect to another host) is Warning with upstream's "Probe terminated
+// redirects" output; anything else is Failure. At most 10 KiB of the body is read.
 func (h *Handler) HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) (Result, string, error) {
 	req, err := newHTTPRequest(ctx, t, a)
 	if err != nil {
@@ -136,14 +144,15 @@ func (h *Handler) HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, ti
 	}
 	resp, err := h.http.Do(req)
 	if err != nil {
-		if errors.Is(err, errOtherHost) {
-			return Success, "Probe terminated redirects", nil
-		}
-		// Connection refused, timeouts, resets: the container is not serving.
+		// Connection refused, timeouts, resets, too many redirects: the container is not serving.
 		return Failure, err.Error(), nil
 	}
 	defer resp.Body.Close()
+	// A longer body is cut, not an error: the status code decides.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRespBody))
+	if resp.StatusCode >= http.StatusMultipleChoices && resp.StatusCode < http.StatusBadRequest {
+		return Warning, "Probe terminated redirects, Response body: " + string(body), nil
+	}
 	if resp.StatusCode >= http.StatusOK && resp.StatusCode < http.StatusBadRequest {
 		return Success, string(body), nil
 	}

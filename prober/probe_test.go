@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +113,13 @@ func TestHTTPGetProbe(t *testing.T) {
 	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { seen = r; _, _ = w.Write([]byte("fine")) })
 	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
 	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://other.invalid:1/", http.StatusFound)
+		http.Redirect(w, r, "http://0.0.0.0/", http.StatusFound)
+	})
+	mux.HandleFunc("/here", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/here-missing", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/missing", http.StatusFound) })
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(strings.Repeat("x", 3*maxRespBody)))
 	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(1500 * time.Millisecond) })
 	srv := httptest.NewServer(mux)
@@ -134,7 +141,13 @@ func TestHTTPGetProbe(t *testing.T) {
 		{"named port", v1.HTTPGetAction{Path: "ok", Port: intstr.FromString("http")}, Success, "fine"},
 		{"404 fails", v1.HTTPGetAction{Path: "/missing", Port: intstr.FromInt32(int32(port))}, Failure, "HTTP probe failed with statuscode: 404"},
 		{"https without verification", v1.HTTPGetAction{Path: "/ok", Port: intstr.FromInt32(int32(tlsPort)), Scheme: v1.URISchemeHTTPS}, Success, "fine"},
-		{"redirect to another host succeeds with a warning", v1.HTTPGetAction{Path: "/elsewhere", Port: intstr.FromInt32(int32(port))}, Success, "Probe terminated redirects"},
+		// Upstream's wording, which the conformance spec waits for in the ProbeWarning event.
+		{"redirect to another host is not followed: a warning", v1.HTTPGetAction{Path: "/elsewhere", Port: intstr.FromInt32(int32(port))}, Warning,
+			"Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>.\n\n"},
+		{"redirect on the same host is followed to success", v1.HTTPGetAction{Path: "/here", Port: intstr.FromInt32(int32(port))}, Success, "fine"},
+		{"redirect on the same host is followed to failure", v1.HTTPGetAction{Path: "/here-missing", Port: intstr.FromInt32(int32(port))}, Failure, "HTTP probe failed with statuscode: 404"},
+		{"more than 10 redirects fail", v1.HTTPGetAction{Path: "/loop", Port: intstr.FromInt32(int32(port))}, Failure, `Get "/loop": stopped after 10 redirects`},
+		{"a body over 10 KiB is cut, not an error", v1.HTTPGetAction{Path: "/big", Port: intstr.FromInt32(int32(port))}, Success, strings.Repeat("x", maxRespBody)},
 		{"timeout fails", v1.HTTPGetAction{Path: "/slow", Port: intstr.FromInt32(int32(port))}, Failure, ""},
 	}
 	for _, tt := range tests {

@@ -212,6 +212,10 @@ func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
 	target := Target{PodIP: ip, Container: w.container, ContainerID: w.containerID}
 	start := w.m.clock.Now()
 	res, output, err := w.m.handler.Probe(ctx, target, w.spec)
+	warned := res == Warning
+	if warned {
+		res = Success // upstream counts it (and its metric) as a success
+	}
 	w.observe(res, w.m.clock.Since(start))
 	logger := klog.FromContext(ctx)
 	switch {
@@ -224,6 +228,10 @@ func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
 	case res == Failure:
 		logger.V(1).Info("Probe failed", "output", output)
 		w.m.event(w.pod, "Unhealthy", "%s probe failed: %s", w.key.probe, output)
+	case warned:
+		// Told on every probe that ends so, as upstream does.
+		logger.V(3).Info("Probe succeeded with a warning", "output", output)
+		w.m.event(w.pod, "ProbeWarning", "%s probe warning: %s", w.key.probe, output)
 	default:
 		logger.V(4).Info("Probe succeeded")
 	}

@@ -64,11 +64,41 @@ func requestsOf(c *v1.Container) v1.ResourceList {
 	return out
 }
 
-// Admit checks that pod fits on the node next to the already admitted pods:
-// pod count, resources, and the node selector. It mirrors the upstream
-// kubelet's admission predicates and their reasons (OutOfcpu, OutOfmemory,
-// OutOfpods, NodeAffinity).
-func Admit(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceList, nodeLabels map[string]string) *Rejection {
+// AdmitNode is what admission knows of the node.
+type AdmitNode struct {
+	Allocatable v1.ResourceList
+	Labels      map[string]string
+	// OS is the node's operating system (runtime.GOOS).
+	OS string
+	// Sysctls are the sysctls pods may set; nil allows none.
+	Sysctls *SysctlAllowlist
+}
+
+// Upstream's reasons and messages for a pod meant for another OS.
+const (
+	reasonOSLabel      = "PodOSSelectorNodeLabelDoesNotMatch"
+	messageOSLabel     = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+	reasonOSField      = "PodOSNotSupported"
+	messageOSField     = "Failed to admit pod as the OS field doesn't match node OS"
+	reasonNodeAffinity = "NodeAffinity"
+)
+
+// Admit checks that pod may run on the node next to the already admitted pods,
+// in upstream's order: its sysctls (SysctlForbidden), its OS (the
+// kubernetes.io/os pod label, then spec.os), then pod count and resources
+// (OutOfpods, OutOfcpu, OutOfmemory...), then the node selector (NodeAffinity).
+func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
+	if r := admitSysctls(pod, node.Sysctls); r != nil {
+		return r
+	}
+	// Upstream compares the pod's label (not its node selector) with the node's OS.
+	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != node.OS {
+		return &Rejection{Reason: reasonOSLabel, Message: messageOSLabel}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != node.OS {
+		return &Rejection{Reason: reasonOSField, Message: messageOSField}
+	}
+	allocatable := node.Allocatable
 	if max, ok := allocatable[v1.ResourcePods]; ok && int64(len(admitted))+1 > max.Value() {
 		return &Rejection{Reason: "OutOfpods", Message: fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(admitted), max.Value())}
 	}
@@ -104,8 +134,25 @@ func Admit(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceList, nodeLab
 		}
 	}
 	for k, v := range pod.Spec.NodeSelector {
-		if nodeLabels[k] != v {
-			return &Rejection{Reason: "NodeAffinity", Message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
+		if node.Labels[k] != v {
+			return &Rejection{Reason: reasonNodeAffinity, Message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
+		}
+	}
+	return nil
+}
+
+// admitSysctls refuses the pod's first sysctl the allowlist does not allow.
+func admitSysctls(pod *v1.Pod, allow *SysctlAllowlist) *Rejection {
+	sc := pod.Spec.SecurityContext
+	if sc == nil || len(sc.Sysctls) == 0 {
+		return nil
+	}
+	if allow == nil {
+		allow = &SysctlAllowlist{}
+	}
+	for _, s := range sc.Sysctls {
+		if err := allow.check(s.Name, pod.Spec.HostNetwork, pod.Spec.HostIPC); err != nil {
+			return &Rejection{Reason: SysctlForbiddenReason, Message: fmt.Sprintf("forbidden sysctl: %v", err)}
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -127,6 +128,9 @@ type Deps struct {
 	// Admitters are extra admission checks (node shutdown, pressure); the first
 	// rejection wins. A pod the runtime already runs skips them (see admit).
 	Admitters []func(pod *v1.Pod) *Rejection
+	// Sysctls are the sysctls pods may set (the safe ones and the config's
+	// allowedUnsafeSysctls); nil: the sysctls safe on every kernel.
+	Sysctls *SysctlAllowlist
 }
 
 // Loop is the sync loop.
@@ -152,6 +156,10 @@ type Loop struct {
 func New(cfg Config, deps Deps) *Loop {
 	if cfg.SyncFrequency == 0 {
 		cfg.SyncFrequency = time.Minute
+	}
+	if deps.Sysctls == nil {
+		// The fixed list cannot fail to build.
+		deps.Sysctls, _ = NewSysctlAllowlist(SafeSysctls(""))
 	}
 	if cfg.HousekeepingPeriod == 0 {
 		cfg.HousekeepingPeriod = 2 * time.Second
@@ -380,7 +388,9 @@ func (l *Loop) admit(pod *v1.Pod) *Rejection {
 			}
 		}
 	}
-	return Admit(pod, active, l.deps.Node().Allocatable, l.deps.NodeLabels())
+	return Admit(pod, active, AdmitNode{
+		Allocatable: l.deps.Node().Allocatable, Labels: l.deps.NodeLabels(), OS: goruntime.GOOS, Sysctls: l.deps.Sysctls,
+	})
 }
 
 // AllSourcesReady reports whether every pod source delivered its first snapshot.

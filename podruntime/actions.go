@@ -34,6 +34,9 @@ type Actions struct {
 	InitFailed bool
 	// StartContainers are indexes into Spec.Containers.
 	StartContainers []int
+	// StartEphemeral are indexes into Spec.EphemeralContainers: those that never
+	// ran. An ephemeral container starts once and is never restarted.
+	StartEphemeral []int
 	// KillContainers maps container IDs to the reason they must stop.
 	KillContainers map[string]string
 	// KillGrace overrides the pod's grace period for some of KillContainers: a
@@ -80,11 +83,51 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 		return a
 	}
 	a.SandboxID = st.Sandboxes[0].Id
-	if initialized := a.initActions(pod, byName, backoff, now, probes); !initialized || a.KillPod {
-		return a
+	if initialized := a.initActions(pod, byName, backoff, now, probes); initialized && !a.KillPod {
+		a.appActions(pod, byName, backoff, now, probes)
 	}
-	a.appActions(pod, byName, backoff, now, probes)
+	if !a.KillPod {
+		// Also before the pod is initialized, as upstream: a debug container is
+		// how one looks at a pod stuck in its init containers.
+		a.StartEphemeral = ephemeralToStart(pod, byName)
+	}
 	return a
+}
+
+// ephemeralToStart returns the ephemeral containers that never ran: none of
+// their instances is known to the runtime, and the pod's API status names no
+// container for them (an instance garbage collected since must not come back:
+// ephemeral containers are never restarted).
+func ephemeralToStart(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus) []int {
+	ran := map[string]bool{}
+	for _, s := range pod.Status.EphemeralContainerStatuses {
+		if s.ContainerID != "" || s.State.Running != nil || s.State.Terminated != nil {
+			ran[s.Name] = true
+		}
+	}
+	var start []int
+	for i := range pod.Spec.EphemeralContainers {
+		name := pod.Spec.EphemeralContainers[i].Name
+		if byName[name] == nil && !ran[name] {
+			start = append(start, i)
+		}
+	}
+	return start
+}
+
+// EphemeralTarget returns the ID of the running container whose process
+// namespace the ephemeral container ec joins ("" when it names none). A target
+// that is not running is an error: the ephemeral container waits for it
+// (CreateContainerConfigError) and is tried again on a later sync.
+func EphemeralTarget(ec *v1.EphemeralContainer, st *pleg.PodStatus) (string, error) {
+	if ec.TargetContainerName == "" {
+		return "", nil
+	}
+	t := latestByName(st)[ec.TargetContainerName]
+	if t == nil || t.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return "", fmt.Errorf("unable to find target container %s", ec.TargetContainerName)
+	}
+	return t.Id, nil
 }
 
 // newSandbox decides a sync that must (re)create the sandbox: what ran in the old

@@ -41,17 +41,7 @@ func readySandbox(attempt uint32) *runtimeapi.PodSandboxStatus {
 }
 
 func ctr(pod *v1.Pod, name string, state runtimeapi.ContainerState, exit int32, created int64) *runtimeapi.ContainerStatus {
-	var spec *v1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			spec = &pod.Spec.Containers[i]
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			spec = &pod.Spec.InitContainers[i]
-		}
-	}
+	spec := specByName(pod, name)
 	return &runtimeapi.ContainerStatus{
 		Id: name + "-id", State: state, ExitCode: exit, CreatedAt: created,
 		FinishedAt: t0.Add(-time.Second).UnixNano(),
@@ -173,6 +163,25 @@ func (f fixture) deadSandbox(attempt uint32) fixture {
 }
 
 func (f fixture) noSandbox() fixture { f.st.Sandboxes = nil; return f }
+
+// ephemeral adds ephemeral containers to the pod's spec (the runtime knows none yet).
+func (f fixture) ephemeral(names ...string) fixture {
+	for _, n := range names {
+		f.pod.Spec.EphemeralContainers = append(f.pod.Spec.EphemeralContainers,
+			v1.EphemeralContainer{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: n, Image: "busybox"}})
+	}
+	return f
+}
+
+// apiStatus records in the pod's API status that ephemeral container name ran
+// (as container id) and ended.
+func (f fixture) apiStatus(name, id string) fixture {
+	f.pod.Status.EphemeralContainerStatuses = append(f.pod.Status.EphemeralContainerStatuses, v1.ContainerStatus{
+		Name: name, ContainerID: "containerd://" + id,
+		State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}},
+	})
+	return f
+}
 
 func (f fixture) image(container, image string) fixture {
 	specByName(f.pod, container).Image = image
@@ -332,6 +341,42 @@ func TestComputeActions(t *testing.T) {
 			want: sb(Actions{KillPod: true})},
 		{name: "sidecar: some of the init container statuses are missing but the last init container is running, restart restartable init and regular containers",
 			f: withSidecars().only("restartable-init-3"), want: sb(Actions{StartInit: []int{0, 1}, StartContainers: []int{0, 1, 2}})},
+
+		// TestComputePodActionsWithInitAndEphemeralContainers.
+		{name: "ephemeral: steady state; do nothing; ignore ephemeral container",
+			f: withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug").add("debug", running), want: sb(Actions{})},
+		{name: "ephemeral: No ephemeral containers running; start one",
+			f: withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug"), want: sb(Actions{StartEphemeral: []int{0}})},
+		{name: "ephemeral: Start second ephemeral container",
+			f:    withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug", "debug2").add("debug", running),
+			want: sb(Actions{StartEphemeral: []int{1}})},
+		{name: "ephemeral: Ephemeral container exited; do not restart",
+			f: withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug").add("debug", exited(0)), want: sb(Actions{})},
+		{name: "ephemeral: Initialization of ephemeral container in progress; do nothing",
+			f: withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug").add("debug", created), want: sb(Actions{})},
+		{name: "ephemeral: Kill pod and do not restart ephemeral container if the pod sandbox is dead",
+			f:    withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug").add("debug", running).deadSandbox(0),
+			want: Actions{KillPod: true, CreateSandbox: true, Attempt: 1, StartInit: []int{0}}},
+		{name: "ephemeral: Kill pod if all containers exited except ephemeral container",
+			f:    withInits().policy(v1.RestartPolicyNever).add("foo1", exited(0)).add("foo2", exited(0)).add("foo3", exited(0)).ephemeral("debug").add("debug", running),
+			want: sb(Actions{KillPod: true})},
+		{name: "ephemeral: Ephemeral container is in unknown state; leave it alone",
+			f: withInits().add("foo1", running).add("foo2", running).add("foo3", running).ephemeral("debug").add("debug", unknown), want: sb(Actions{})},
+
+		// nodelet's own, ephemeral containers.
+		{name: "ephemeral: starts while an init container still runs (it may be there to debug it)",
+			f: withInits().set("init3", running).ephemeral("debug"), want: sb(Actions{StartEphemeral: []int{0}})},
+		{name: "ephemeral: starts beside app containers being started, in spec order",
+			f: base().set("foo1", exited(1)).ephemeral("a", "b"), want: sb(Actions{StartContainers: []int{0}, StartEphemeral: []int{0, 1}})},
+		{name: "ephemeral: one that exited with an error is not restarted, whatever the pod's restart policy",
+			f: base().ephemeral("debug").add("debug", exited(137)), want: sb(Actions{})},
+		{name: "ephemeral: its instance garbage collected, but the API status says it ran: not restarted",
+			f: base().ephemeral("debug", "debug2").apiStatus("debug", "gone"), want: sb(Actions{StartEphemeral: []int{1}})},
+		{name: "ephemeral: none started in a pod whose init container failed for good",
+			f:    withInits().policy(v1.RestartPolicyNever).set("init3", exited(1)).ephemeral("debug"),
+			want: sb(Actions{KillPod: true, InitFailed: true})},
+		{name: "ephemeral: not started when there is no sandbox yet",
+			f: base().noSandbox().only().ephemeral("debug"), want: Actions{CreateSandbox: true, StartContainers: []int{0, 1, 2}}},
 
 		// nodelet's own.
 		{name: "succeeded container under OnFailure is done: pod killed",

@@ -45,8 +45,9 @@ func defaultReadonlyPaths() []string {
 }
 
 // startContainer pulls, creates and starts one container. A non-nil Waiting says
-// why it could not start; the error is for the sync's caller.
-func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, sandboxID string,
+// why it could not start; the error is for the sync's caller. targetID, for an
+// ephemeral container, is the container whose process namespace it joins.
+func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, targetID, sandboxID string,
 	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*podstatus.Waiting, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", c.Name)
 
@@ -103,7 +104,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.AnnotationTerminationMessagePolicy:  string(c.TerminationMessagePolicy),
 			cri.AnnotationPodTerminationGracePeriod: strconv.FormatInt(gracePeriod(pod, nil), 10),
 		},
-		Linux: m.linuxContainerConfig(pod, c, sbCfg),
+		Linux: m.linuxContainerConfig(pod, c, sbCfg, targetID),
 	}
 	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
 	if err != nil {
@@ -240,15 +241,17 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 	return nil
 }
 
-// linuxContainerConfig maps resources and the security context.
-func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) *runtimeapi.LinuxContainerConfig {
+// linuxContainerConfig maps resources and the security context. targetID
+// (ephemeral containers) puts the container in that container's process
+// namespace.
+func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig, targetID string) *runtimeapi.LinuxContainerConfig {
 	res, warnings := cgroups.ContainerResources(pod, c, m.memoryCapacity(), m.cfg.Resources)
 	for _, w := range warnings {
 		klog.V(2).InfoS("Container resources", "pod", klog.KObj(pod), "container", c.Name, "warning", w)
 	}
 
 	sc := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions: sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		NamespaceOptions: containerNamespaces(sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(), targetID),
 		MaskedPaths:      defaultMaskedPaths(),
 		ReadonlyPaths:    defaultReadonlyPaths(),
 	}
@@ -288,6 +291,24 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 		}
 	}
 	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}
+}
+
+// containerNamespaces are the sandbox's namespace options, with the process
+// namespace of the target container when there is one. As upstream, a target
+// only matters when each container has its own process namespace: with a
+// shared (pod) or host one, the ephemeral container already sees the target.
+func containerNamespaces(sandbox *runtimeapi.NamespaceOption, targetID string) *runtimeapi.NamespaceOption {
+	if targetID == "" || sandbox.GetPid() != runtimeapi.NamespaceMode_CONTAINER {
+		return sandbox
+	}
+	// A copy: the sandbox's options are shared by every container of the sync.
+	return &runtimeapi.NamespaceOption{
+		Network:       sandbox.GetNetwork(),
+		Pid:           runtimeapi.NamespaceMode_TARGET,
+		Ipc:           sandbox.GetIpc(),
+		TargetId:      targetID,
+		UsernsOptions: sandbox.GetUsernsOptions(),
+	}
 }
 
 func capName(c v1.Capability) string {

@@ -22,7 +22,7 @@ type Hooks interface {
 // also after a preStop hook used up most of the grace period.
 const minimumGracePeriod = 2
 
-// specByName finds a container (app, init or sidecar) of the pod.
+// specByName finds a container (app, init, sidecar or ephemeral) of the pod.
 func specByName(pod *v1.Pod, name string) *v1.Container {
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
@@ -32,6 +32,12 @@ func specByName(pod *v1.Pod, name string) *v1.Container {
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == name {
 			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+			return &c
 		}
 	}
 	return nil

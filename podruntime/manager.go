@@ -170,7 +170,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes)
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
-		"startInit", acts.StartInit, "start", acts.StartContainers, "kill", len(acts.KillContainers))
+		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers))
 
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
@@ -204,7 +204,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		m.purgeInitContainers(ctx, pod, st)
 	}
-	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 {
+	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
 		return res, nil
 	}
 
@@ -259,8 +259,8 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return res, err
 	}
 
-	start := func(c *v1.Container) error {
-		w, err := m.startContainer(ctx, pod, st, c, sandboxID, sbCfg, vols, podIPs)
+	start := func(c *v1.Container, targetID string) error {
+		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
 		if w == nil && err == nil {
 			res.Changed = true
 		}
@@ -275,9 +275,25 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return err
 	}
 	var errs []error
+	// Ephemeral containers first, as upstream: one that fails to start holds up
+	// no one, and an init container that fails does not keep the debugger out.
+	for _, i := range acts.StartEphemeral {
+		ec := &pod.Spec.EphemeralContainers[i]
+		c := v1.Container(ec.EphemeralContainerCommon)
+		target, err := EphemeralTarget(ec, st)
+		if err != nil {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			res.Waiting[c.Name] = podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+			errs = append(errs, fmt.Errorf("starting ephemeral container %s: %w", c.Name, err))
+			continue
+		}
+		if err := start(&c, target); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, i := range acts.StartInit {
 		c := &pod.Spec.InitContainers[i]
-		if err := start(c); err != nil {
+		if err := start(c, ""); err != nil {
 			if !podutil.IsRestartableInitContainer(c) {
 				// Nothing after an init container may start before it succeeded.
 				return res, errors.Join(append(errs, err)...)
@@ -286,7 +302,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 	}
 	for _, i := range acts.StartContainers {
-		if err := start(&pod.Spec.Containers[i]); err != nil {
+		if err := start(&pod.Spec.Containers[i], ""); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -80,6 +80,13 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 			sc.Privileged = true
 		}
 	}
+	// Ephemeral containers count too, as upstream (they only matter to a
+	// sandbox created after they were added: a new one, or a re-created one).
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
+			sc.Privileged = true
+		}
+	}
 	linux := &runtimeapi.LinuxPodSandboxConfig{SecurityContext: sc, CgroupParent: m.cfg.CgroupParent(pod)}
 	if psc := pod.Spec.SecurityContext; psc != nil && len(psc.Sysctls) > 0 {
 		linux.Sysctls = map[string]string{}

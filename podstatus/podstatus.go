@@ -97,8 +97,11 @@ func Generate(in Input) v1.PodStatus {
 	}
 
 	byName := containersByName(rt)
-	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, byName, prev.InitContainerStatuses, true)
-	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses, false)
+	s.InitContainerStatuses = containerStatuses(in, pod.Spec.InitContainers, byName, prev.InitContainerStatuses, initContainer)
+	s.ContainerStatuses = containerStatuses(in, pod.Spec.Containers, byName, prev.ContainerStatuses, appContainer)
+	// Ephemeral containers are reported but take no part in the phase or the
+	// conditions: a debugger does not make a pod ready, nor its exit fail it.
+	s.EphemeralContainerStatuses = containerStatuses(in, ephemeralSpecs(pod), byName, prev.EphemeralContainerStatuses, ephemeralContainer)
 
 	s.Phase = phase(pod, s.InitContainerStatuses, s.ContainerStatuses)
 	if in.Terminal && !podutil.IsTerminal(s.Phase) && !anyRunning(s.InitContainerStatuses) && !anyRunning(s.ContainerStatuses) {
@@ -248,7 +251,26 @@ func containersByName(rt *pleg.PodStatus) map[string][]*runtimeapi.ContainerStat
 	return m
 }
 
-func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runtimeapi.ContainerStatus, prev []v1.ContainerStatus, isInit bool) []v1.ContainerStatus {
+// containerKind says which list of the pod a container is in.
+type containerKind int
+
+const (
+	appContainer containerKind = iota
+	initContainer
+	ephemeralContainer
+)
+
+// ephemeralSpecs are the pod's ephemeral containers as plain containers.
+func ephemeralSpecs(pod *v1.Pod) []v1.Container {
+	var out []v1.Container
+	for i := range pod.Spec.EphemeralContainers {
+		out = append(out, v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
+	return out
+}
+
+func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runtimeapi.ContainerStatus, prev []v1.ContainerStatus, kind containerKind) []v1.ContainerStatus {
+	isInit := kind == initContainer
 	if len(specs) == 0 {
 		return nil
 	}
@@ -297,6 +319,11 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 		switch cur.State {
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			cs.State.Running = &v1.ContainerStateRunning{StartedAt: nanoTime(cur.StartedAt)}
+			if kind == ephemeralContainer {
+				// Never ready, and no started flag: upstream's probe manager, which
+				// sets both, knows nothing of ephemeral containers.
+				break
+			}
 			started := true
 			if in.Probes != nil {
 				started = in.Probes.Started(in.Pod.UID, spec.Name, cur.Id)
@@ -316,6 +343,9 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			cs.Started = &started
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
 			cs.State.Terminated = terminated(in, spec, cur)
+			if kind == ephemeralContainer {
+				break
+			}
 			started := false
 			cs.Started = &started
 			// A completed init container counts as ready, as upstream reports it.

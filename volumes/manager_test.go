@@ -817,6 +817,39 @@ func TestKubeGetterFromClientset(t *testing.T) {
 	}
 }
 
+// objectsOnly serves one configMap and counts reads.
+type objectsOnly struct{ reads int }
+
+func (o *objectsOnly) GetConfigMap(_ context.Context, ns, name string) (*v1.ConfigMap, error) {
+	o.reads++
+	return &v1.ConfigMap{Data: map[string]string{"from": "objects"}}, nil
+}
+
+func (o *objectsOnly) GetSecret(_ context.Context, ns, name string) (*v1.Secret, error) {
+	o.reads++
+	return nil, apierrors.NewNotFound(v1.Resource("secret"), name)
+}
+
+// Objects come from the object source, tokens from the clientset.
+func TestKubeGetterWithObjects(t *testing.T) {
+	cs := fake.NewClientset(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "c"}, Data: map[string]string{"from": "clientset"}})
+	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "tok"}}, nil
+	})
+	objs := &objectsOnly{}
+	g := KubeGetterWithObjects(objs, cs)
+	ctx := context.Background()
+	if cm, err := g.GetConfigMap(ctx, "ns1", "c"); err != nil || cm.Data["from"] != "objects" {
+		t.Errorf("configmap: %v %v; want the object source's", cm, err)
+	}
+	if _, err := g.GetSecret(ctx, "ns1", "s"); !apierrors.IsNotFound(err) || objs.reads != 2 {
+		t.Errorf("secret: %v, %d reads of the object source; want NotFound from it", err, objs.reads)
+	}
+	if tr, err := g.CreateToken(ctx, "ns1", "sa", &authenticationv1.TokenRequest{}); err != nil || tr.Status.Token != "tok" {
+		t.Errorf("create token: %v %v", tr, err)
+	}
+}
+
 func TestFSGroupAndFsUser(t *testing.T) {
 	requireRoot(t)
 	kube := &fakeKube{cms: map[string]*v1.ConfigMap{"ns1/c": {Data: map[string]string{"key": "v"}}}}

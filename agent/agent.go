@@ -34,6 +34,7 @@ import (
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
+	"github.com/nodelet/nodelet/podobjects"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/status"
@@ -240,12 +241,19 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		podCgroups, cgroupCleaner = qos, cg.mgr
 	}
 
+	// The configMaps and secrets pods reference, read per
+	// configMapAndSecretChangeDetectionStrategy by volumes, env and pull secrets.
+	objects, err := podobjects.New(kc.ConfigMapAndSecretChangeDetectionStrategy, client, clk,
+		podobjects.WithTTL(func() (time.Duration, bool) { return nodeObjectTTL(nodeCtl.Node()) }))
+	if err != nil {
+		return nil, fmt.Errorf("setting up the configMap and secret source: %w", err)
+	}
 	var kubeGetter volumes.KubeGetter
 	if client != nil {
-		kubeGetter = volumes.KubeGetterFromClientset(client)
+		kubeGetter = volumes.KubeGetterWithObjects(objects, client)
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
-	envSrc := newEnvSources(client)
+	envSrc := newEnvSources(client, objects)
 
 	maxPulls := 1
 	if kc.SerializeImagePulls != nil && !*kc.SerializeImagePulls {
@@ -318,6 +326,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		Probes:     probes.mgr,
 		Admitters:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
 		Sysctls:    sysctls,
+		Objects:    objects,
 	})
 	a.synced = loop.Synced()
 
@@ -424,6 +433,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })
 	add(&rest, "image GC", func(ctx context.Context) { gcs.images.Run(ctx, imageGCPeriod) })
 	add(&rest, "services informer", envSrc.Run)
+	add(&rest, "configMap and secret watches", objects.Run)
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
 
 	a.stages = []stage{

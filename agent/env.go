@@ -3,9 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -14,24 +15,31 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// envSources feeds envvars from the API server: configMaps and secrets are read
-// when a container starts (as upstream's Get strategy), services come from an
-// informer because every container start needs them all.
+// envSources feeds envvars from the API server: configMaps and secrets come
+// from the object source (per configMapAndSecretChangeDetectionStrategy, as
+// upstream's env and pull secrets read them), services from an informer
+// because every container start needs them all.
 type envSources struct {
-	client   kubernetes.Interface
+	objects  objectGetter
 	factory  informers.SharedInformerFactory
 	services corelisters.ServiceLister
 	synced   cache.InformerSynced
 }
 
+// objectGetter reads configMaps and secrets (podobjects.Manager).
+type objectGetter interface {
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
 // newEnvSources builds the sources; the services informer runs in Run.
-func newEnvSources(client kubernetes.Interface) *envSources {
+func newEnvSources(client kubernetes.Interface, objects objectGetter) *envSources {
 	if client == nil {
 		return &envSources{}
 	}
 	f := informers.NewSharedInformerFactory(client, 0)
 	inf := f.Core().V1().Services()
-	return &envSources{client: client, factory: f, services: inf.Lister(), synced: inf.Informer().HasSynced}
+	return &envSources{objects: objects, factory: f, services: inf.Lister(), synced: inf.Informer().HasSynced}
 }
 
 // Run runs the services informer until ctx ends and returns once its goroutines
@@ -48,17 +56,17 @@ func (s *envSources) Run(ctx context.Context) {
 }
 
 func (s *envSources) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
-	if s.client == nil {
+	if s.objects == nil {
 		return nil, fmt.Errorf("configmap %s/%s: no API server in standalone mode", namespace, name)
 	}
-	return s.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	return s.objects.GetConfigMap(ctx, namespace, name)
 }
 
 func (s *envSources) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	if s.client == nil {
+	if s.objects == nil {
 		return nil, fmt.Errorf("secret %s/%s: no API server in standalone mode", namespace, name)
 	}
-	return s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	return s.objects.GetSecret(ctx, namespace, name)
 }
 
 func (s *envSources) Services(ctx context.Context, namespace string) ([]*v1.Service, error) {
@@ -74,4 +82,21 @@ func (s *envSources) Services(ctx context.Context, namespace string) ([]*v1.Serv
 	}
 	klog.FromContext(ctx).V(5).Info("Listed services for env", "namespace", namespace, "count", len(svcs))
 	return svcs, nil
+}
+
+// nodeObjectTTL is the Cache strategy's TTL the node suggests in its
+// node.alpha.kubernetes.io/ttl annotation (seconds), as upstream reads it.
+func nodeObjectTTL(node *v1.Node) (time.Duration, bool) {
+	if node == nil {
+		return 0, false
+	}
+	v, ok := node.Annotations[v1.ObjectTTLAnnotationKey]
+	if !ok {
+		return 0, false
+	}
+	secs, err := strconv.Atoi(v)
+	if err != nil || secs < 0 {
+		return 0, false
+	}
+	return time.Duration(secs) * time.Second, true
 }

@@ -204,14 +204,25 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		m.purgeInitContainers(ctx, pod, st)
 	}
-	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
-		return res, nil
-	}
-
+	// Every sync sets the volumes up, not only the one that starts containers:
+	// as upstream's volume manager remounts on each pod sync, this is what
+	// brings changed configMaps, secrets, labels and annotations into running
+	// pods (periodic resyncs and pod updates). Unchanged content is not rewritten.
 	vols, err := m.vols.SetUpPod(ctx, pod)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", err)
-		return res, fmt.Errorf("setting up volumes: %w", err)
+		if !volumes.OnlyKeptContent(err) {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", err)
+			return res, fmt.Errorf("setting up volumes: %w", err)
+		}
+		// A refresh failed, the earlier content stays: the pod goes on, as
+		// upstream's does when a remount fails, and the next sync tries again.
+		for _, e := range joined(err) {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
+		}
+		logger.Error(err, "Refreshing volumes failed; their earlier content stays")
+	}
+	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
+		return res, nil
 	}
 
 	sandboxID := acts.SandboxID
@@ -326,6 +337,14 @@ func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, st *pleg
 			klog.FromContext(ctx).Error(err, "Removing init container before recreating the sandbox", "pod", klog.KObj(pod), "containerID", c.Id)
 		}
 	}
+}
+
+// joined splits an errors.Join error into its parts.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func runtimeHandler(pod *v1.Pod) string {

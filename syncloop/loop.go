@@ -71,6 +71,13 @@ type Volumes interface {
 	TearDownPod(ctx context.Context, podUID types.UID) error
 }
 
+// PodObjects is told which configMaps and secrets each pod references
+// (podobjects.Manager), so its reads during the pod's syncs are cheap and fresh.
+type PodObjects interface {
+	RegisterPod(pod *v1.Pod)
+	UnregisterPod(uid types.UID)
+}
+
 // PodCgroups lists and removes pod cgroups, so housekeeping can drop those of
 // pods that no longer run.
 type PodCgroups interface {
@@ -131,6 +138,9 @@ type Deps struct {
 	// Sysctls are the sysctls pods may set (the safe ones and the config's
 	// allowedUnsafeSysctls); nil: the sysctls safe on every kernel.
 	Sysctls *SysctlAllowlist
+	// Objects, when set, registers a pod's referenced objects on each sync (as
+	// upstream's SyncPod does) and unregisters them once its volumes are torn down.
+	Objects PodObjects
 }
 
 // Loop is the sync loop.

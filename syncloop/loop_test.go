@@ -75,10 +75,25 @@ func (f *fakeStatus) ForgetPodStatus(uid types.UID) {
 type fakeVolumes struct {
 	mu       sync.Mutex
 	tornDown map[types.UID]bool
+	// setUps records the labels of each pod SetUpPod was called with.
+	setUps map[types.UID][]map[string]string
 }
 
 func (f *fakeVolumes) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]volumes.HostVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.setUps == nil {
+		f.setUps = map[types.UID][]map[string]string{}
+	}
+	f.setUps[pod.UID] = append(f.setUps[pod.UID], pod.Labels)
 	return map[string]volumes.HostVolume{}, nil
+}
+
+// setUpsOf returns the labels of each SetUpPod call for uid.
+func (f *fakeVolumes) setUpsOf(uid types.UID) []map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]map[string]string(nil), f.setUps[uid]...)
 }
 func (f *fakeVolumes) PrepareSubPath(ctx context.Context, pod *v1.Pod, hv volumes.HostVolume, sp volumes.SubPath) (string, error) {
 	return "", errors.New("fakeVolumes has no sub paths")
@@ -105,8 +120,10 @@ type rig struct {
 	vols    *fakeVolumes
 	loop    *Loop
 	rec     *record.FakeRecorder
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// loopConfig, set by an option, changes the loop's Config.
+	loopConfig func(*Config)
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // rigOption changes the rig's wiring before the loop starts (e.g. adds probes).
@@ -146,7 +163,11 @@ func newRig(t *testing.T, fake *fakecri.Runtime, opts ...rigOption) *rig {
 		o(ctx, r, &rtCfg, &deps)
 	}
 	deps.Runtime = podruntime.New(rtCfg, client, client, r.vols, noEnv{}, nodeFacts, rec, clk)
-	r.loop = New(Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond}, deps)
+	loopCfg := Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond}
+	if r.loopConfig != nil {
+		r.loopConfig(&loopCfg)
+	}
+	r.loop = New(loopCfg, deps)
 	go g.Start(ctx)
 	go func() { r.loop.Run(ctx); close(r.done) }()
 	t.Cleanup(func() {

@@ -158,6 +158,10 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	if l.deps.Probes != nil {
 		l.deps.Probes.AddPod(probeCtx, pod)
 	}
+	if l.deps.Objects != nil {
+		// Before the runtime reads them: the pod may reference new objects.
+		l.deps.Objects.RegisterPod(pod)
+	}
 	res, err := l.deps.Runtime.SyncPod(ctx, pod, st)
 	w.lastSync = l.deps.Clock.Now()
 	if res.Changed {
@@ -254,6 +258,10 @@ func (l *Loop) runTearDown(ctx context.Context, w *worker) opResult {
 	if err := l.deps.Volumes.TearDownPod(ctx, w.uid); err != nil {
 		klog.FromContext(ctx).Error(err, "Error tearing down pod volumes, will retry")
 		return opResult{Op: opTearDown, Err: err}
+	}
+	if l.deps.Objects != nil {
+		// No sync of this life reads them any more.
+		l.deps.Objects.UnregisterPod(w.uid)
 	}
 	return opResult{Op: opTearDown}
 }

@@ -56,6 +56,10 @@ type KubeGetter interface {
 type SetUpError struct {
 	Volume string
 	Err    error
+	// KeptContent: the volume already held content from an earlier set-up,
+	// which stays (as upstream's failed remounts leave a mounted volume), so
+	// the pod's containers can still use it.
+	KeptContent bool
 }
 
 func (e *SetUpError) Error() string {
@@ -63,6 +67,27 @@ func (e *SetUpError) Error() string {
 }
 
 func (e *SetUpError) Unwrap() error { return e.Err }
+
+// OnlyKeptContent reports whether err is made only of *SetUpError that kept
+// their volume's earlier content: a refresh failed, but every volume is there,
+// so the pod may go on (upstream's running pods keep a volume whose remount
+// fails). False for nil.
+func OnlyKeptContent(err error) bool {
+	if err == nil {
+		return false
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var se *SetUpError
+		if !errors.As(e, &se) || !se.KeptContent {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
 
 // Option configures a Manager.
 type Option func(*Manager)
@@ -146,11 +171,15 @@ func (m *Manager) allocatable() v1.ResourceList {
 }
 
 // SetUpPod prepares every volume in pod.Spec.Volumes and returns them by
-// volume name. It is idempotent; on repeat calls it refreshes content
-// (changed configMap/secret/downwardAPI/projected data, service-account
-// tokens near expiry). Volumes are set up independently: the map holds the
-// ones that succeeded and the error joins a *SetUpError per failed volume;
-// the pod must not start while any failed.
+// volume name. It is idempotent and meant to run on every sync of the pod:
+// on repeat calls it refreshes content (changed configMap/secret data, the
+// pod's labels and annotations in downwardAPI items, service-account tokens
+// near expiry), rewriting only what changed; emptyDir and hostPath are
+// prepared once. Volumes are set up independently: the map holds the ones
+// that succeeded, plus those whose refresh failed but whose earlier content
+// is on disk; the error joins a *SetUpError per failed volume. The pod must
+// not start containers while a volume is missing from the map
+// (OnlyKeptContent tells whether none is).
 func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVolume, error) {
 	if pod.UID == "" {
 		return nil, fmt.Errorf("setting up volumes of pod %s/%s: pod has no UID", pod.Namespace, pod.Name)
@@ -170,8 +199,12 @@ func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVol
 		vol := &pod.Spec.Volumes[i]
 		hv, err := m.setUpVolume(ctx, pod, vol, st)
 		if err != nil {
-			klog.ErrorS(err, "Failed to set up volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name)
-			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err})
+			kept, ok := m.keptContent(pod.UID, vol)
+			klog.ErrorS(err, "Failed to set up volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "keptContent", ok)
+			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err, KeptContent: ok})
+			if ok {
+				out[vol.Name] = kept
+			}
 			continue
 		}
 		out[vol.Name] = hv
@@ -221,6 +254,33 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 		return m.writeVolume(pod, vol.Name, pluginProjected, true, payload, st)
 	}
 	return HostVolume{}, fmt.Errorf("volume type %s is not supported by this node agent", volumeType(src))
+}
+
+// keptContent returns the volume as it is on disk when it is a payload
+// volume (configMap, secret, downwardAPI, projected) that an earlier set-up
+// filled, in this process or before a restart.
+func (m *Manager) keptContent(uid types.UID, vol *v1.Volume) (HostVolume, bool) {
+	var plugin string
+	switch src := &vol.VolumeSource; {
+	case src.ConfigMap != nil:
+		plugin = pluginConfigMap
+	case src.Secret != nil:
+		plugin = pluginSecret
+	case src.DownwardAPI != nil:
+		plugin = pluginDownwardAPI
+	case src.Projected != nil:
+		plugin = pluginProjected
+	default:
+		return HostVolume{}, false
+	}
+	if validateVolumeName(vol.Name) != nil {
+		return HostVolume{}, false
+	}
+	dir := filepath.Join(m.podVolumesDir(uid), plugin, vol.Name)
+	if _, err := os.Lstat(filepath.Join(dir, dataDirName)); err != nil {
+		return HostVolume{}, false
+	}
+	return HostVolume{Path: dir, ReadOnly: true}, true
 }
 
 // writeVolume makes the volume directory (on a tmpfs when memoryBacked,

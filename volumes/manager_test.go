@@ -817,6 +817,39 @@ func TestKubeGetterFromClientset(t *testing.T) {
 	}
 }
 
+// objectsOnly serves one configMap and counts reads.
+type objectsOnly struct{ reads int }
+
+func (o *objectsOnly) GetConfigMap(_ context.Context, ns, name string) (*v1.ConfigMap, error) {
+	o.reads++
+	return &v1.ConfigMap{Data: map[string]string{"from": "objects"}}, nil
+}
+
+func (o *objectsOnly) GetSecret(_ context.Context, ns, name string) (*v1.Secret, error) {
+	o.reads++
+	return nil, apierrors.NewNotFound(v1.Resource("secret"), name)
+}
+
+// Objects come from the object source, tokens from the clientset.
+func TestKubeGetterWithObjects(t *testing.T) {
+	cs := fake.NewClientset(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "c"}, Data: map[string]string{"from": "clientset"}})
+	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "tok"}}, nil
+	})
+	objs := &objectsOnly{}
+	g := KubeGetterWithObjects(objs, cs)
+	ctx := context.Background()
+	if cm, err := g.GetConfigMap(ctx, "ns1", "c"); err != nil || cm.Data["from"] != "objects" {
+		t.Errorf("configmap: %v %v; want the object source's", cm, err)
+	}
+	if _, err := g.GetSecret(ctx, "ns1", "s"); !apierrors.IsNotFound(err) || objs.reads != 2 {
+		t.Errorf("secret: %v, %d reads of the object source; want NotFound from it", err, objs.reads)
+	}
+	if tr, err := g.CreateToken(ctx, "ns1", "sa", &authenticationv1.TokenRequest{}); err != nil || tr.Status.Token != "tok" {
+		t.Errorf("create token: %v %v", tr, err)
+	}
+}
+
 func TestFSGroupAndFsUser(t *testing.T) {
 	requireRoot(t)
 	kube := &fakeKube{cms: map[string]*v1.ConfigMap{"ns1/c": {Data: map[string]string{"key": "v"}}}}
@@ -907,5 +940,173 @@ func TestConcurrentPods(t *testing.T) {
 	}
 	if uids, _ := m.PodsWithVolumes(); len(uids) != 0 {
 		t.Errorf("pods with volumes left: %v (root %s)", uids, root)
+	}
+}
+
+// A refresh that fails (the configMap was deleted) leaves the earlier content
+// and still returns the volume, as upstream's failed remounts leave a running
+// pod's volume; so does a new manager (nodelet restarted) finding it on disk.
+// A volume never filled is missing from the map.
+func TestRefreshFailureKeepsContent(t *testing.T) {
+	kube := &fakeKube{cms: map[string]*v1.ConfigMap{"ns1/cfg": {Data: map[string]string{"k": "v1"}}}}
+	m, root, _ := newTestManager(t, kube, WithoutTmpfs())
+	pod := testPod(
+		v1.Volume{Name: "c", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	)
+	tearDownOnCleanup(t, m, pod.UID)
+	ctx := context.Background()
+	if _, err := m.SetUpPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dir := volPath(root, pod.UID, pluginConfigMap, "c")
+	kube.mu.Lock()
+	delete(kube.cms, "ns1/cfg")
+	kube.mu.Unlock()
+
+	for _, mgr := range []*Manager{m, NewManager(root, kube, clocktesting.NewFakeClock(t0), WithoutTmpfs())} {
+		got, err := mgr.SetUpPod(ctx, pod)
+		if err == nil || !strings.Contains(err.Error(), `MountVolume.SetUp failed for volume "c" : configmap "cfg" not found`) {
+			t.Fatalf("refresh error = %v; want upstream's FailedMount wording", err)
+		}
+		if !OnlyKeptContent(err) {
+			t.Errorf("OnlyKeptContent(%v) = false; the volume kept its content", err)
+		}
+		if got["c"].Path != dir || !got["c"].ReadOnly || got["scratch"].Path == "" {
+			t.Errorf("volumes = %+v; want c at %s (kept) and scratch", got, dir)
+		}
+		if v := mustRead(t, filepath.Join(dir, "k")); v != "v1" {
+			t.Errorf("k = %q after a failed refresh; want the earlier v1", v)
+		}
+	}
+
+	other := testPod(v1.Volume{Name: "c", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}})
+	other.UID = "uid-2"
+	tearDownOnCleanup(t, m, other.UID)
+	got, err := m.SetUpPod(ctx, other)
+	if err == nil || OnlyKeptContent(err) {
+		t.Fatalf("first set-up of a missing configMap: err %v, OnlyKeptContent true; want a blocking error", err)
+	}
+	if _, ok := got["c"]; ok {
+		t.Errorf("a volume never filled is in the map: %+v", got)
+	}
+}
+
+// An optional configMap: empty while missing, its keys once created, a removed
+// key's file gone, and empty again once deleted; each on the next set-up.
+func TestOptionalConfigMapFollowsTheObject(t *testing.T) {
+	kube := &fakeKube{cms: map[string]*v1.ConfigMap{}}
+	m, root, _ := newTestManager(t, kube, WithoutTmpfs())
+	pod := testPod(v1.Volume{Name: "c", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: "later"}, Optional: ptr.To(true)}}})
+	tearDownOnCleanup(t, m, pod.UID)
+	ctx := context.Background()
+	dir := volPath(root, pod.UID, pluginConfigMap, "c")
+	files := func() []string {
+		t.Helper()
+		if _, err := m.SetUpPod(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), "..") {
+				out = append(out, e.Name()+"="+mustRead(t, filepath.Join(dir, e.Name())))
+			}
+		}
+		return out
+	}
+	set := func(cm *v1.ConfigMap) {
+		kube.mu.Lock()
+		defer kube.mu.Unlock()
+		if cm == nil {
+			delete(kube.cms, "ns1/later")
+			return
+		}
+		kube.cms["ns1/later"] = cm
+	}
+	steps := []struct {
+		name string
+		cm   *v1.ConfigMap
+		want string
+	}{
+		{"missing", nil, "[]"},
+		{"created", &v1.ConfigMap{Data: map[string]string{"a": "1", "b": "2"}}, "[a=1 b=2]"},
+		{"key removed, one changed", &v1.ConfigMap{Data: map[string]string{"a": "3"}}, "[a=3]"},
+		{"deleted", nil, "[]"},
+	}
+	for _, s := range steps {
+		set(s.cm)
+		if got := fmt.Sprint(files()); got != s.want {
+			t.Errorf("%s: files %s, want %s", s.name, got, s.want)
+		}
+	}
+}
+
+// Projected: a secret's change and the pod's annotation change both reach the
+// volume on the next set-up; an unchanged one rewrites nothing.
+func TestProjectedVolumeRefresh(t *testing.T) {
+	kube := &fakeKube{secrets: map[string]*v1.Secret{"ns1/s": {Data: map[string][]byte{"pw": []byte("one")}}}}
+	m, root, _ := newTestManager(t, kube, WithoutTmpfs())
+	pod := testPod(v1.Volume{Name: "p", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+		{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: "s"}}},
+		{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{
+			{Path: "annotations", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}},
+	}}}})
+	pod.Annotations = map[string]string{"build": "1"}
+	tearDownOnCleanup(t, m, pod.UID)
+	ctx := context.Background()
+	dir := volPath(root, pod.UID, pluginProjected, "p")
+	setUp := func() {
+		t.Helper()
+		if _, err := m.SetUpPod(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUp()
+	first := dataTarget(t, dir)
+	setUp()
+	if dataTarget(t, dir) != first {
+		t.Fatal("an unchanged projected volume was rewritten")
+	}
+	kube.mu.Lock()
+	kube.secrets["ns1/s"] = &v1.Secret{Data: map[string][]byte{"pw": []byte("two")}}
+	kube.mu.Unlock()
+	setUp()
+	if got := mustRead(t, filepath.Join(dir, "pw")); got != "two" {
+		t.Errorf("pw = %q after the secret changed; want two", got)
+	}
+	pod.Annotations = map[string]string{"build": "2"}
+	setUp()
+	if got := mustRead(t, filepath.Join(dir, "annotations")); got != `build="2"` {
+		t.Errorf("annotations = %q after the pod's changed; want build=\"2\"", got)
+	}
+}
+
+func TestOnlyKeptContent(t *testing.T) {
+	kept := &SetUpError{Volume: "a", Err: errors.New("x"), KeptContent: true}
+	lost := &SetUpError{Volume: "b", Err: errors.New("y")}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"one kept", errors.Join(kept), true},
+		{"two kept", errors.Join(kept, kept), true},
+		{"kept and lost", errors.Join(kept, lost), false},
+		{"lost", errors.Join(lost), false},
+		{"bare kept", kept, true},
+		{"other error", errors.New("z"), false},
+		{"wrapped kept", fmt.Errorf("setting up: %w", kept), true},
+	} {
+		if got := OnlyKeptContent(tc.err); got != tc.want {
+			t.Errorf("%s: OnlyKeptContent = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -103,6 +103,28 @@ func KubeGetterFromClientset(cs kubernetes.Interface) KubeGetter {
 	return clientsetGetter{cs: cs}
 }
 
+// ObjectGetter reads configMaps and secrets (podobjects.Manager, which honours
+// configMapAndSecretChangeDetectionStrategy).
+type ObjectGetter interface {
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
+// KubeGetterWithObjects reads configMaps and secrets through objects and
+// requests service-account tokens from cs.
+func KubeGetterWithObjects(objects ObjectGetter, cs kubernetes.Interface) KubeGetter {
+	return objectsGetter{ObjectGetter: objects, tokens: clientsetGetter{cs: cs}}
+}
+
+type objectsGetter struct {
+	ObjectGetter
+	tokens clientsetGetter
+}
+
+func (g objectsGetter) CreateToken(ctx context.Context, ns, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	return g.tokens.CreateToken(ctx, ns, sa, req)
+}
+
 type clientsetGetter struct{ cs kubernetes.Interface }
 
 func (g clientsetGetter) GetConfigMap(ctx context.Context, ns, name string) (*v1.ConfigMap, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -219,7 +220,8 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 		host, _ := podHostname(pod)
 		for _, ip := range podIPs {
 			name := host
-			if pod.Spec.Subdomain != "" && m.cfg.ClusterDomain != "" {
+			// With hostnameOverride the pod has no domain (upstream), so no FQDN line.
+			if pod.Spec.Subdomain != "" && m.cfg.ClusterDomain != "" && ptr.Deref(pod.Spec.HostnameOverride, "") == "" {
 				name = fmt.Sprintf("%s.%s.%s.svc.%s\t%s", host, pod.Spec.Subdomain, pod.Namespace, m.cfg.ClusterDomain, host)
 			}
 			fmt.Fprintf(&b, "%s\t%s\n", ip, name)

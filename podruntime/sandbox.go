@@ -125,8 +125,13 @@ func protocol(p v1.Protocol) runtimeapi.Protocol {
 	}
 }
 
-// podHostname is spec.hostname or the pod name, cut to 63 characters as upstream.
+// podHostname is spec.hostnameOverride when set (beta HostnameOverride, on by
+// default: it wins over hostname and subdomain, and the API limits it), else
+// spec.hostname or the pod name, cut to 63 characters as upstream.
 func podHostname(pod *v1.Pod) (string, error) {
+	if o := pod.Spec.HostnameOverride; o != nil && *o != "" {
+		return *o, nil
+	}
 	h := pod.Spec.Hostname
 	if h == "" {
 		h = pod.Name

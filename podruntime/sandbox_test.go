@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -123,5 +124,50 @@ func TestPullPolicyDefaults(t *testing.T) {
 		if got := pullPolicy(&v1.Container{Image: img}); got != want {
 			t.Errorf("pullPolicy(%s) = %s, want %s", img, got, want)
 		}
+	}
+}
+
+// hostnameOverride (beta, on by default) wins over hostname and subdomain and
+// leaves the pod without a domain: no FQDN line in its managed /etc/hosts.
+func TestPodHostnameAndHostsFile(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	tests := []struct {
+		name       string
+		spec       v1.PodSpec
+		podName    string
+		want       string
+		wantInHost string
+		notInHosts string
+	}{
+		{name: "pod name", podName: "web", want: "web", wantInHost: "10.0.0.5\tweb\n"},
+		{name: "hostname and subdomain", podName: "web", spec: v1.PodSpec{Hostname: "h", Subdomain: "sub"}, want: "h",
+			wantInHost: "10.0.0.5\th.sub.ns.svc.cluster.local\th\n"},
+		{name: "long pod name cut to 63", podName: long, want: strings.Repeat("a", 63)},
+		{name: "override wins over hostname and subdomain", podName: "web", spec: v1.PodSpec{Hostname: "h", Subdomain: "sub", HostnameOverride: ptr.To("custom.host")},
+			want: "custom.host", wantInHost: "10.0.0.5\tcustom.host\n", notInHosts: "svc.cluster.local"},
+		{name: "empty override is none", podName: "web", spec: v1.PodSpec{HostnameOverride: ptr.To("")}, want: "web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tt.podName, Namespace: "ns", UID: "u1"}, Spec: tt.spec}
+			got, err := podHostname(pod)
+			if err != nil || got != tt.want {
+				t.Fatalf("podHostname = %q, %v; want %q", got, err, tt.want)
+			}
+			m := &Manager{cfg: Config{RootDir: t.TempDir(), ClusterDomain: "cluster.local"}}
+			if err := m.writeHostsFile(pod, []string{"10.0.0.5"}); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(m.hostsFilePath(pod.UID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantInHost != "" && !strings.Contains(string(data), tt.wantInHost) {
+				t.Errorf("hosts file lacks %q:\n%s", tt.wantInHost, data)
+			}
+			if tt.notInHosts != "" && strings.Contains(string(data), tt.notInHosts) {
+				t.Errorf("hosts file has %q:\n%s", tt.notInHosts, data)
+			}
+		})
 	}
 }

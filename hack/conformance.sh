@@ -163,7 +163,8 @@ set +e
 	--output-dir="$OUT" --json-report=report.json \
 	"$CONF_CACHE/bin/e2e.test" -- \
 	--kubeconfig="$KUBECONFIG" --provider=skeleton --kubectl-path="$KUBECTL" \
-	--report-dir="$OUT" --disable-log-dump --dump-logs-on-failure=false \
+	--container-runtime-endpoint="$CONTAINER_RUNTIME_ENDPOINT" \
+	--report-dir="$OUT" --disable-log-dump \
 	--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" >"$OUT/ginkgo.log" 2>&1
 ginkgo_rc=$?
 set -e

@@ -127,6 +127,7 @@ else
 	log "building busybox $BUSYBOX_VERSION from Debian's source (defconfig, static)"
 	start=$SECONDS
 	work=$(mktemp -d)
+	chmod 755 "$work" # apt's _apt user downloads into it
 	# A private apt state with a deb-src line: the host's sources stay as they are.
 	mkdir -p "$work/lists/partial" "$work/src"
 	echo "deb-src http://deb.debian.org/debian bookworm main" >"$work/sources.list"

@@ -17,7 +17,9 @@
 # (skipped: specs that ran and skipped themselves; specs outside the focus are not counted).
 # Exits 1 when a spec failed.
 #
-# Flags: --kubelet, --name NAME, --focus RE, --skip RE, --procs N (4), --timeout DUR (3h).
+# Flags: --kubelet, --name NAME, --focus RE, --skip RE, --procs N (4), --timeout DUR (3h),
+#   --slice: only the specs listed in test/conformance/ci-slice.txt (one full spec text a line):
+#   the fixed slice that covers every area, for CI (name: <agent>-slice).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +29,7 @@ export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
 AGENT=nodelet
 NAME=""
+SLICE=0
 FOCUS='\[NodeConformance\]'
 SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
 PROCS=4
@@ -39,10 +42,16 @@ while (($#)); do
 	--skip) SKIP=$2; shift ;;
 	--procs) PROCS=$2; shift ;;
 	--timeout) TIMEOUT=$2; shift ;;
+	--slice) SLICE=1 ;;
 	*) echo "unknown flag $1 (see the head of $0)" >&2; exit 2 ;;
 	esac
 	shift
 done
+if ((SLICE)); then
+	# Each line is matched as a literal: the focus is their regexp-quoted alternation.
+	FOCUS=$(python3 -c 'import re, sys; print("|".join(re.escape(l.strip()) for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")))' test/conformance/ci-slice.txt)
+	NAME=${NAME:-$AGENT-slice}
+fi
 NAME=${NAME:-$AGENT}
 
 log() { echo "[conformance $(date -u +%H:%M:%S)] $*" >&2; }
@@ -156,7 +165,7 @@ log "node $NODE_NAME is Ready"
 # The rig runs no node lifecycle controller: the agent's registration taint stays unless taken off.
 "$KUBECTL" "${KC[@]}" taint nodes "$NODE_NAME" node.kubernetes.io/not-ready- >/dev/null 2>&1 || true
 
-log "ginkgo: focus $FOCUS, skip $SKIP, $PROCS procs (report: $OUT)"
+log "ginkgo: focus ${FOCUS:0:200}, skip $SKIP, $PROCS procs (report: $OUT)"
 start=$SECONDS
 set +e
 "$CONF_CACHE/bin/ginkgo" --procs="$PROCS" --timeout="$TIMEOUT" --no-color \

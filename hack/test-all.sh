@@ -31,7 +31,7 @@ export PATH=/usr/local/go/bin:$PATH
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 export RIG_DIR=${RIG_DIR:-/var/lib/nodelet-rig}
 export NODELET_RIG_ENV=$RIG_DIR/rig.env
-export RIG_RUNTIME=${RIG_RUNTIME:-containerd1.6}
+export RIG_RUNTIME=${RIG_RUNTIME:-containerd2}
 
 T0=$SECONDS
 STEP=""

@@ -17,9 +17,10 @@
 #      with SCHEDULER_PORT (20259), REGISTRY_PORT (5000) and CGROUP_ROOT ("": the node agent's
 #      cgroupRoot; a second rig sets its own, e.g. /nodelet-rig-conf, so that neither rig's node
 #      agent ever sees the other's pod cgroups; up.sh creates it in every hierarchy).
-#      RIG_RUNTIME: containerd1.6 (default: Debian's 1.6.20, config version 2) or containerd2
-#      (2.4.2 built by build-containerd.sh from github.com/containerd/containerd/v2, config
-#      version 3, state in $RIG_DIR/containerd2). Switching runtimes needs `up.sh --fresh`.
+#      RIG_RUNTIME: containerd2 (default: 2.4.2 built by build-containerd.sh from
+#      github.com/containerd/containerd/v2, config version 3, state in $RIG_DIR/containerd2) or
+#      containerd1.6 (Debian's 1.6.20, end of life, config version 2, state in
+#      $RIG_DIR/containerd). Switching runtimes needs `up.sh --fresh`.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,7 +35,7 @@ ETCD_PEER_PORT=$((ETCD_PORT + 10))
 APISERVER_PORT=${APISERVER_PORT:-6443}
 KCM_PORT=${KCM_PORT:-20257}
 SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
-RIG_RUNTIME=${RIG_RUNTIME:-containerd1.6}
+RIG_RUNTIME=${RIG_RUNTIME:-containerd2}
 CGROUP_ROOT=${CGROUP_ROOT:-}
 # serviceaccount + serviceaccount-token: the default SA and its tokens; root-ca-cert-publisher:
 # kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace

@@ -401,7 +401,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	}
 	add(&intake, "systemd notifier", func(ctx context.Context) { notifySystemd(ctx, loop, gpleg) })
 	if evictions != nil {
-		add(&intake, "eviction manager", evictions.Run)
+		add(&intake, "eviction manager", func(ctx context.Context) {
+			runAfterSynced(ctx, loop.Synced(), clk.After(evictionStartWait), evictions.Run)
+		})
 	}
 	if graceful != nil {
 		add(&intake, "graceful node shutdown", func(ctx context.Context) {

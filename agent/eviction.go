@@ -88,6 +88,25 @@ func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName 
 		eviction.WithConditionsChanged(changed))
 }
 
+// evictionStartWait bounds how long the eviction manager waits for the pod sources to sync:
+// a node whose API server cannot be reached must still be protected from pressure.
+const evictionStartWait = time.Minute
+
+// runAfterSynced runs run once synced is closed (the pods the sources had at start are
+// admitted) or timeout fires, unless ctx ends first. The eviction manager starts so: on a
+// restart under pressure, observing it before the pods from before the restart are
+// re-admitted would reject (fail) every one of them at admission, instead of reclaiming
+// first and evicting one pod per cycle by rank.
+func runAfterSynced(ctx context.Context, synced <-chan struct{}, timeout <-chan time.Time, run func(context.Context)) {
+	select {
+	case <-synced:
+	case <-timeout:
+	case <-ctx.Done():
+		return
+	}
+	run(ctx)
+}
+
 // evictionConfig is the eviction manager's configuration from kc; nil when there is
 // nothing to enforce.
 func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string) (*eviction.Config, error) {

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/config"
@@ -74,5 +77,62 @@ func TestEvictionConfigLocalStorageCapacityIsolation(t *testing.T) {
 				t.Errorf("LocalStorageCapacityIsolation = %v, want %v", cfg.LocalStorageCapacityIsolation, tt.wantIsolation)
 			}
 		})
+	}
+}
+
+func TestRunAfterSynced(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	fired := make(chan time.Time, 1)
+	fired <- time.Time{}
+	tests := []struct {
+		name    string
+		synced  chan struct{}
+		timeout chan time.Time
+		cancel  bool
+		wantRun bool
+	}{
+		{name: "sources synced", synced: closed, timeout: make(chan time.Time), wantRun: true},
+		{name: "sources never sync: runs after the bound", synced: make(chan struct{}), timeout: fired, wantRun: true},
+		{name: "stopped before either", synced: make(chan struct{}), timeout: make(chan time.Time), cancel: true, wantRun: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancel {
+				cancel()
+			}
+			ran := false
+			runAfterSynced(ctx, tt.synced, tt.timeout, func(context.Context) { ran = true })
+			if ran != tt.wantRun {
+				t.Errorf("ran = %v, want %v", ran, tt.wantRun)
+			}
+		})
+	}
+}
+
+// Until the sources sync (or the bound passes) the eviction manager does not run: a fake
+// clock holds the bound.
+func TestRunAfterSyncedWaitsForTheSources(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	synced := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		runAfterSynced(context.Background(), synced, clk.After(evictionStartWait), func(context.Context) { close(started) })
+		close(done)
+	}()
+	select {
+	case <-started:
+		t.Fatal("ran before the sources synced and before the bound")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(synced)
+	<-done
+	select {
+	case <-started:
+	default:
+		t.Fatal("did not run once the sources synced")
 	}
 }

@@ -5,12 +5,14 @@
 #   -> rig down (always, on exit).
 # Exits non-zero on the first failure. Env: KEEP_RIG=1 leaves the rig up at the end;
 # E2E_RUN=<regexp> limits the e2e tests; SKIP_E2E=1 stops after the unit tests;
-# SKIP_VM=1 skips the VM test (test/vm, ~5 min); FUZZTIME=<dur> sets each fuzz target's run.
+# SKIP_VM=1 skips the VM test (test/vm, ~5 min); FUZZTIME=<dur> sets each fuzz target's run;
+# RIG_RUNTIME=containerd1.6|containerd2 picks the rig's container runtime (test/rig/up.sh).
 #
 # Time budgets per stage, cold run on 2 cores (CI must finish in 90 min). A stage over its
 # budget prints a warning in the summary; measure a cold run before adding a stage.
 #   install deps                     240s
-#   build rig binaries (cached)     1200s cold (kube-apiserver/kcm/kubectl/etcd), ~5s cached
+#   build rig binaries (cached)     1500s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
+#                                         containerd 2), ~5s cached
 #   gofmt                             15s
 #   go vet                           300s
 #   systemd unit                      15s
@@ -29,6 +31,7 @@ export PATH=/usr/local/go/bin:$PATH
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 export RIG_DIR=${RIG_DIR:-/var/lib/nodelet-rig}
 export NODELET_RIG_ENV=$RIG_DIR/rig.env
+export RIG_RUNTIME=${RIG_RUNTIME:-containerd2}
 
 T0=$SECONDS
 STEP=""
@@ -78,9 +81,10 @@ trap on_exit EXIT
 section "install deps" 240
 bash test/rig/install-deps.sh
 
-section "build rig binaries (cached)" 1200
+section "build rig binaries (cached)" 1500
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
+if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
 
 section "gofmt" 15
 unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_output/*' -print0 | xargs -0 -r gofmt -l)

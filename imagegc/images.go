@@ -361,11 +361,17 @@ func (m *ImageManager) event(eventtype, reason, format string, args ...any) {
 	}
 }
 
-// Run collects every period (≤ 0: 5m) until ctx ends. As upstream, a failure
-// is only raised as an ImageGCFailed event when it repeats.
+// Run detects the images at once, then collects every period (≤ 0: 5m) until ctx ends.
+// As upstream, a failure is only raised as an ImageGCFailed event when it repeats.
 func (m *ImageManager) Run(ctx context.Context, period time.Duration) {
 	if period <= 0 {
 		period = DefaultImageGCPeriod
+	}
+	// As upstream's image GC manager at start: an image's age (imageMinimumGCAge) counts
+	// from here, not from the first collection, so that a reclaim soon after the start (the
+	// eviction manager's) finds the images it may remove.
+	if err := m.DetectImages(ctx); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "Image garbage collection: detecting images at start")
 	}
 	t := m.clock.NewTicker(period)
 	defer t.Stop()

@@ -417,3 +417,28 @@ func TestImageManagerRunReportsRepeatedFailure(t *testing.T) {
 		t.Errorf("second failure events %q, want InvalidDiskCapacity then ImageGCFailed", ev)
 	}
 }
+
+// Run detects the images at once: a reclaim a little later (the eviction manager's, before
+// the first collection) finds them old enough to remove.
+func TestImageManagerRunDetectsAtStart(t *testing.T) {
+	e := newEnv(t)
+	e.fake.AddImage("a")
+	clk := clocktesting.NewFakeClock(t0)
+	m, err := NewImageManager(ImagePolicy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: time.Second}, e.client, e.client, t.TempDir(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx, 0) }()
+	eventually.True(t, "the images detected at start", func() bool { return len(m.Records()) == 1 })
+	clk.Step(2 * time.Second)
+	if err := m.DeleteUnusedImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if got := e.imageTags(t); got != "" {
+		t.Errorf("images left %q: the image detected at start was not old enough to go", got)
+	}
+}

@@ -278,16 +278,20 @@ func (c *Config) setSnapshot(source string, pods []*v1.Pod) {
 		}
 	}
 	wasReady := s.ready
-	s.ready = true
 	c.mu.Unlock()
 
+	c.send(source, ch)
 	if !wasReady {
+		// Ready only once the first snapshot is sent, as the API source: whoever sees
+		// SourcesReady finds the source's pods in Updates, or already handled.
+		c.mu.Lock()
+		s.ready = true
+		c.mu.Unlock()
 		klog.InfoS("Pod source ready", "source", source, "pods", len(pods))
 	}
 	if !ch.empty() || !wasReady {
 		c.triggerMirrors()
 	}
-	c.send(source, ch)
 }
 
 // upsertLocked stores p (a copy owned by Config) into s and records what it changed.

@@ -516,3 +516,35 @@ func TestFileSourcePathItselfNotARegularFile(t *testing.T) {
 	c.readFileSource(context.Background(), link)
 	expectNone(t, c)
 }
+
+// TestSnapshotSourceReadyOnlyOnceSent: a source's first snapshot is on Updates before the
+// source reports ready (the API source's order too), so whoever sees SourcesReady finds the
+// source's pods there or already handled.
+func TestSnapshotSourceReadyOnlyOnceSent(t *testing.T) {
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceFile))
+	// A full buffer: the snapshot's send blocks until the reader takes one.
+	for i := 0; i < updatesBuffer; i++ {
+		c.updates <- Update{Op: OpUpdate}
+	}
+	done := make(chan struct{})
+	go func() {
+		c.setSnapshot(podutil.SourceFile, []*v1.Pod{apiPod("static", "uid-s", testNode)})
+		close(done)
+	}()
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+		if c.SourcesReady() {
+			t.Fatal("the source reports ready while its first snapshot is not sent yet")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < updatesBuffer; i++ {
+		<-c.updates
+	}
+	<-done
+	if !c.SourcesReady() {
+		t.Fatal("the source is not ready after its first snapshot was sent")
+	}
+	if u := <-c.updates; u.Op != OpAdd || len(u.Pods) != 1 || u.Pods[0].UID != "uid-s" {
+		t.Fatalf("first update after the fillers = %+v, want the snapshot's Add", u)
+	}
+}

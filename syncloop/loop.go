@@ -193,9 +193,18 @@ func New(cfg Config, deps Deps) *Loop {
 	}
 }
 
-// Synced is closed once every pod source delivered its first snapshot and the
-// first housekeeping ran: the node then runs what it should.
+// Synced is closed once every pod source delivered its first snapshot, the loop handled
+// it (admitted its pods) and the first housekeeping ran: the node then runs what it should.
 func (l *Loop) Synced() <-chan struct{} { return l.synced }
+
+func (l *Loop) isSynced() bool {
+	select {
+	case <-l.synced:
+		return true
+	default:
+		return false
+	}
+}
 
 // Healthy fails when the loop has not iterated for a long time (it is stuck).
 func (l *Loop) Healthy() error {
@@ -274,6 +283,11 @@ func (l *Loop) Run(ctx context.Context) {
 			l.resync()
 		case <-housekeeping.C():
 			if !l.deps.Sources.SourcesReady() {
+				continue
+			}
+			// Synced means the pods the sources had when they became ready are admitted:
+			// until the first housekeeping, updates still buffered come first.
+			if !l.isSynced() && len(updates) > 0 {
 				continue
 			}
 			start := l.deps.Clock.Now()

@@ -32,7 +32,11 @@ type fakeSources struct {
 	ch    chan podconfig.Update
 	ready bool
 	asked int // SourcesReady calls: one per housekeeping tick
-	mu    sync.Mutex
+	// sendOnReady, if set, is sent on ch by the SourcesReady call that makes the sources
+	// ready: a snapshot still buffered when the loop first sees them ready.
+	sendOnReady *podconfig.Update
+	readyAsk    int // the SourcesReady call that did so
+	mu          sync.Mutex
 }
 
 func (s *fakeSources) Updates() <-chan podconfig.Update { return s.ch }
@@ -40,6 +44,12 @@ func (s *fakeSources) SourcesReady() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked++
+	if s.sendOnReady != nil && !s.ready {
+		s.ch <- *s.sendOnReady
+		s.sendOnReady = nil
+		s.ready = true
+		s.readyAsk = s.asked
+	}
 	return s.ready
 }
 
@@ -273,6 +283,31 @@ func TestPodRunsThenIsDeletedAndReclaimed(t *testing.T) {
 	s, _ := r.status.GetPodStatus(pod.UID)
 	if s.Phase != v1.PodFailed && s.Phase != v1.PodSucceeded {
 		t.Fatalf("final phase = %s, want a terminal phase", s.Phase)
+	}
+}
+
+// TestSyncedWaitsForBufferedSnapshot: the sources became ready with their snapshot still
+// buffered. Synced must close only after the loop handled it, so that whoever waits for
+// Synced (the eviction manager) acts after the pods from before a restart are admitted.
+func TestSyncedWaitsForBufferedSnapshot(t *testing.T) {
+	r := newRig(t, nil)
+	pod := newPod("uid-1", "web")
+	r.sources.mu.Lock()
+	r.sources.sendOnReady = &podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	r.sources.mu.Unlock()
+	select {
+	case <-r.loop.Synced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("loop never reported synced")
+	}
+	r.sources.mu.Lock()
+	readyAsk, asked := r.sources.readyAsk, r.sources.asked
+	r.sources.mu.Unlock()
+	if asked <= readyAsk {
+		t.Fatalf("Synced closed at the housekeeping that first saw the sources ready (SourcesReady call %d), with their snapshot still buffered", readyAsk)
+	}
+	if !slices.ContainsFunc(r.loop.Pods(), func(p *v1.Pod) bool { return p.UID == pod.UID }) {
+		t.Fatalf("Synced closed before the loop knew the snapshot's pod %s", pod.UID)
 	}
 }
 

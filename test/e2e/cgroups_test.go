@@ -58,7 +58,8 @@ func TestQoSCgroupsAndLimits(t *testing.T) {
 	for name := range pods {
 		got[name] = f.WaitForPodReady(ctx, ns, name, 2*time.Minute)
 	}
-	mem, cpu := "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"
+	// The QoS tree sits under the rig's cgroupRoot (CGROUP_ROOT, "" on the default rig).
+	mem, cpu := filepath.Join("/sys/fs/cgroup/memory", f.Env.CgroupRoot), filepath.Join("/sys/fs/cgroup/cpu", f.Env.CgroupRoot)
 	podDir := map[string]string{
 		"guaranteed": filepath.Join("kubepods", "pod"+string(got["guaranteed"].UID)),
 		"burstable":  filepath.Join("kubepods", "burstable", "pod"+string(got["burstable"].UID)),
@@ -130,10 +131,11 @@ func TestQoSCgroupsAndLimits(t *testing.T) {
 // shares). With the cgroup missing, nodelet refuses to start and says which cgroup.
 func TestSystemReservedCgroupIsEnforced(t *testing.T) {
 	f := framework.New(t)
-	const name = "nodelet-e2e-system.slice"
+	// Inside the rig's cgroupRoot, so that a second rig's run of this test has its own.
+	name := filepath.Join(f.Env.CgroupRoot, "nodelet-e2e-system.slice")
 	dirs := []string{filepath.Join("/sys/fs/cgroup/memory", name), filepath.Join("/sys/fs/cgroup/cpu", name), filepath.Join("/sys/fs/cgroup/pids", name)}
 	reserved := func(c *kubeletconfigv1beta1.KubeletConfiguration) {
-		c.SystemReservedCgroup = "/" + name
+		c.SystemReservedCgroup = filepath.Join("/", name)
 		c.SystemReserved = map[string]string{"cpu": "500m", "memory": "256Mi"}
 		c.EnforceNodeAllocatable = []string{"pods", "system-reserved"}
 	}

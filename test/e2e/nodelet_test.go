@@ -115,8 +115,8 @@ func TestNodeRegistrationAndLease(t *testing.T) {
 	if !internal {
 		t.Errorf("no InternalIP address: %v", node.Status.Addresses)
 	}
-	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
-		t.Errorf("kubelet endpoint port = %d", node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	if got := node.Status.DaemonEndpoints.KubeletEndpoint.Port; got != f.Env.NodeletPort {
+		t.Errorf("kubelet endpoint port = %d, want the rig's NODELET_PORT %d", got, f.Env.NodeletPort)
 	}
 
 	// The Lease exists, is owned by the Node and is renewed every ~10s.

@@ -2,7 +2,8 @@
 # build-bins.sh: builds the real control-plane binaries the e2e rig runs and caches them
 # keyed by version, so later runs skip the (~10 min cold) build.
 #
-#   kube-apiserver, kube-controller-manager, kubectl  from k8s.io/kubernetes $K8S_VERSION
+#   kube-apiserver, kube-controller-manager,
+#   kube-scheduler, kubectl                           from k8s.io/kubernetes $K8S_VERSION
 #       (module test/rig/k8sbins, which replaces every staging module v0.0.0 by v0.<minor>.<patch>)
 #   etcd                                              from go.etcd.io/etcd/server/v3 $ETCD_VERSION
 #       (module test/rig/etcdbin)
@@ -57,6 +58,7 @@ gen_k8s_module() {
 	(cd "$dir" &&
 		go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" \
 			"k8s.io/kubernetes/cmd/kube-controller-manager@${K8S_VERSION}" \
+			"k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}" \
 			"k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}" &&
 		go mod tidy)
 }
@@ -92,8 +94,9 @@ else
 	log "etcd built in $((SECONDS - start))s"
 fi
 
-# kube-apiserver, kube-controller-manager, kubectl: one `go build` so they share compiled deps.
-K8S_BINS=(kube-apiserver kube-controller-manager kubectl)
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl: one `go build` so they share
+# compiled deps.
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 need=()
 for b in "${K8S_BINS[@]}"; do
 	stamp_ok "$b" "$K8S_VERSION" || need+=("$b")

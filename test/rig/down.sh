@@ -3,7 +3,8 @@
 #   1. nodelet processes an e2e run left behind (root dir under $RIG_DIR/nodelet),
 #   2. every CRI pod sandbox (so CNI tears their networks down), then any remaining
 #      containerd tasks/containers in the k8s.io namespace,
-#   3. containerd and the shims it started, kube-controller-manager, kube-apiserver, etcd,
+#   3. containerd (1.6 or 2.x) and the shims it started, kube-scheduler,
+#      kube-controller-manager, kube-apiserver, etcd,
 #   4. mounts left under the containerd root/state and the nodelet root dirs, the CNI bridge.
 # Data (etcd, images, PKI) is kept; `up.sh --fresh` wipes it. Always exits 0 unless a
 # process refuses to die.
@@ -74,7 +75,11 @@ if ((${#agents[@]})); then
 	stop_pids 15 "${agents[@]}"
 fi
 
-# 2. pods, while containerd still answers.
+# 2. pods, while containerd still answers. The rig's own ctr (2.x's with RIG_RUNTIME=containerd2).
+CTR_BIN=ctr
+cdbin=$(sed -n 's/^CONTAINERD_BIN_DIR=//p' "$RIG_DIR/rig.env" 2>/dev/null)
+if [[ -n "$cdbin" && -x "$cdbin/ctr" ]]; then CTR_BIN=$cdbin/ctr; fi
+ctr() { "$CTR_BIN" "$@"; }
 if [[ -S "$SOCK" ]] && ctr -a "$SOCK" version >/dev/null 2>&1; then
 	if [[ -x "$BIN/rigcri" ]]; then
 		timeout 120 "$BIN/rigcri" -endpoint "unix://$SOCK" -timeout 110s cleanup >&2 ||
@@ -100,6 +105,7 @@ if ((${#shims[@]})); then
 	stop_pids 10 "${shims[@]}"
 fi
 stop_named registry
+stop_named kube-scheduler
 stop_named kube-controller-manager
 stop_named kube-apiserver
 stop_named etcd

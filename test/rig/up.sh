@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # up.sh: starts the e2e rig on this machine, with no systemd and no registry:
 #   PKI (openssl) -> etcd -> kube-apiserver (127.0.0.1:6443) -> kube-controller-manager
-#   -> containerd (private socket, root, state; CRI with bridge CNI) -> local images imported.
+#   -> kube-scheduler -> containerd (private socket, root, state; CRI with bridge CNI)
+#   -> local images imported.
 # and writes $RIG_DIR/rig.env for the e2e framework. Runs as root.
 #
 # Idempotent-ish: a component whose pidfile names a live process is left running; the PKI and
@@ -12,7 +13,14 @@
 #      ETCD_PORT (23790), APISERVER_PORT (6443), KCM_PORT (20257), KCM_CONTROLLERS,
 #      RIG_SIGNING_DURATION (3m: kcm's --cluster-signing-duration for CSR-issued certs),
 #      CNI_BRIDGE (nodelet0), POD_CIDR (10.244.0.0/24), NODELET_PORT (10250),
-#      NODELET_HEALTHZ_PORT (10248): the last four let a second rig run beside the first.
+#      NODELET_HEALTHZ_PORT (10248): the last four let a second rig run beside the first,
+#      with SCHEDULER_PORT (20259), REGISTRY_PORT (5000) and CGROUP_ROOT ("": the node agent's
+#      cgroupRoot; a second rig sets its own, e.g. /nodelet-rig-conf, so that neither rig's node
+#      agent ever sees the other's pod cgroups; up.sh creates it in every hierarchy).
+#      RIG_RUNTIME: containerd2 (default: 2.4.2 built by build-containerd.sh from
+#      github.com/containerd/containerd/v2, config version 3, state in $RIG_DIR/containerd2) or
+#      containerd1.6 (Debian's 1.6.20, end of life, config version 2, state in
+#      $RIG_DIR/containerd). Switching runtimes needs `up.sh --fresh`.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +34,9 @@ ETCD_PORT=${ETCD_PORT:-23790}
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 APISERVER_PORT=${APISERVER_PORT:-6443}
 KCM_PORT=${KCM_PORT:-20257}
+SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
+RIG_RUNTIME=${RIG_RUNTIME:-containerd2}
+CGROUP_ROOT=${CGROUP_ROOT:-}
 # serviceaccount + serviceaccount-token: the default SA and its tokens; root-ca-cert-publisher:
 # kube-root-ca.crt, which every projected kube-api-access volume needs; namespace: namespace
 # deletion; garbagecollector: ownerReferences. TLS bootstrap as in a kubeadm cluster: csrsigning,
@@ -58,11 +69,15 @@ die() {
 }
 
 if [[ $(id -u) != 0 ]]; then die "must run as root"; fi
+case $RIG_RUNTIME in
+containerd1.6 | containerd2) ;;
+*) die "RIG_RUNTIME=$RIG_RUNTIME: want containerd1.6 or containerd2" ;;
+esac
 
 if [[ "${1:-}" == "--fresh" ]]; then
 	log "--fresh: stopping the rig and wiping its state (PKI kept)"
 	RIG_DIR=$RIG_DIR bash "$HERE/down.sh"
-	rm -rf "${RIG_DIR:?}/etcd" "$RIG_DIR/containerd" "$RIG_DIR/cni" "$RIG_DIR/nodelet" "$LOGS"
+	rm -rf "${RIG_DIR:?}/etcd" "$RIG_DIR/containerd" "$RIG_DIR/containerd2" "$RIG_DIR/cni" "$RIG_DIR/nodelet" "$LOGS"
 fi
 
 mkdir -p "$RIG_DIR" "$PKI" "$LOGS" "$RUN" "$BIN"
@@ -70,7 +85,7 @@ mkdir -p "$RIG_DIR" "$PKI" "$LOGS" "$RUN" "$BIN"
 if [[ -z "${RIG_BIN_DIR:-}" ]]; then
 	RIG_BIN_DIR=$(bash "$HERE/build-bins.sh" | tail -1)
 fi
-for b in etcd kube-apiserver kube-controller-manager kubectl; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
 	[[ -x "$RIG_BIN_DIR/$b" ]] || die "$RIG_BIN_DIR/$b missing: run test/rig/build-bins.sh"
 done
 KUBECTL=$RIG_BIN_DIR/kubectl
@@ -181,6 +196,7 @@ cert apiserver "/CN=kube-apiserver" \
 cert admin "/O=system:masters/CN=kubernetes-admin"
 cert node "/O=system:nodes/CN=system:node:$NODE_NAME"
 cert kube-controller-manager "/CN=system:kube-controller-manager"
+cert kube-scheduler "/CN=system:kube-scheduler"
 # The apiserver's client cert toward kubelets (logs, exec, port-forward): system:masters, so a
 # kubelet's webhook authorizer allows it.
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
@@ -230,6 +246,7 @@ EOF
 kubeconfig admin kubernetes-admin admin
 kubeconfig node "system:node:$NODE_NAME" node
 kubeconfig kube-controller-manager system:kube-controller-manager kube-controller-manager
+kubeconfig kube-scheduler system:kube-scheduler kube-scheduler
 
 # ---------------------------------------------------------------- etcd
 mkdir -p "$RIG_DIR/etcd"
@@ -358,12 +375,116 @@ wait_until 60 "kube-root-ca.crt ConfigMap in default" \
 	"$KUBECTL" --kubeconfig="$RIG_DIR/admin.kubeconfig" -n default get configmap kube-root-ca.crt
 check_alive kube-controller-manager
 
+# ---------------------------------------------------------------- kube-scheduler
+# Pods without spec.nodeName (the upstream e2e suite's) need it; nodelet's own e2e tests set
+# nodeName, which the scheduler leaves alone.
+SCHED_KC=$RIG_DIR/kube-scheduler.kubeconfig
+start kube-scheduler "$RIG_BIN_DIR/kube-scheduler" \
+	--kubeconfig="$SCHED_KC" --authentication-kubeconfig="$SCHED_KC" --authorization-kubeconfig="$SCHED_KC" \
+	--bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+	--leader-elect=false \
+	--v=1
+wait_until 60 "kube-scheduler https://127.0.0.1:$SCHEDULER_PORT/healthz" \
+	curl -fsSk "https://127.0.0.1:$SCHEDULER_PORT/healthz"
+check_alive kube-scheduler
+
+# ---------------------------------------------------------------- node agent's cgroupRoot
+# A cgroupRoot other than / must exist before the node agent starts (the kubelet refuses a
+# missing one): in every v1 hierarchy and in the unified one.
+if [[ -n "$CGROUP_ROOT" && "$CGROUP_ROOT" != / ]]; then
+	for h in /sys/fs/cgroup/*/; do
+		[[ -L "${h%/}" ]] && continue
+		[[ -f "$h/cgroup.procs" ]] || continue
+		mkdir -p "$h${CGROUP_ROOT#/}"
+	done
+fi
+
 # ---------------------------------------------------------------- containerd
-CD=$RIG_DIR/containerd
 CNI_CONF_DIR=$RIG_DIR/cni/net.d
-mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
 cd_changed=0
-write_if_changed "$CD/config.toml" <<EOF && cd_changed=1
+if [[ $RIG_RUNTIME == containerd2 ]]; then
+	CONTAINERD_BIN_DIR=$(bash "$HERE/build-containerd.sh" | tail -1)
+	CONTAINERD=$CONTAINERD_BIN_DIR/containerd
+	CTR_BIN=$CONTAINERD_BIN_DIR/ctr
+	CONTAINERD_VERSION=$(cat "$CONTAINERD_BIN_DIR/containerd.version")
+	# Its own root and state: containerd 2 migrates a 1.6 metadata store one way.
+	CD=$RIG_DIR/containerd2
+else
+	CONTAINERD_BIN_DIR=""
+	CONTAINERD=$(command -v containerd)
+	CTR_BIN=$(command -v ctr)
+	CONTAINERD_VERSION=$("$CONTAINERD" --version | awk '{print $3}')
+	CD=$RIG_DIR/containerd
+fi
+mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
+if alive containerd && ! tr '\0' ' ' <"/proc/$(cat "$RUN/containerd.pid")/cmdline" | grep -qF -- "--config $CD/config.toml"; then
+	die "the running containerd is not the $RIG_RUNTIME one: switching runtimes needs up.sh --fresh"
+fi
+if [[ $RIG_RUNTIME == containerd2 ]]; then
+	write_if_changed "$CD/config.toml" <<EOF && cd_changed=1
+# Written by test/rig/up.sh. containerd 2.x (config version 3), private to the rig.
+version = 3
+root = "$CD/root"
+state = "$CD/state"
+# Not the host's /etc/containerd/conf.d (containerd 2's default imports).
+imports = []
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
+
+[grpc]
+  address = "$SOCK"
+
+[ttrpc]
+  address = "$SOCK.ttrpc"
+
+[debug]
+  address = "$RUN/containerd-debug.sock"
+  level = "info"
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$CD/opt"
+
+  # NRI's socket defaults to /var/run/nri/nri.sock, which a second rig would share; the rig
+  # has no NRI plugin.
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "$PAUSE_IMAGE"
+
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = "$CD/certs.d"
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # This sandbox lacks CAP_SYS_RESOURCE: without this, the pause container's oom_score_adj
+    # of -998 makes every RunPodSandbox fail.
+    restrict_oom_score_adj = true
+    enable_selinux = false
+    max_container_log_line_size = 16384
+    # Sandbox network namespaces under the rig's state dir, not /var/run/netns.
+    netns_mounts_under_state_dir = true
+
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          # Debian's runc 1.1.5 (crun refuses this hybrid cgroup host).
+          BinaryName = "$(command -v runc)"
+          SystemdCgroup = false
+
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$CNI_CONF_DIR"
+      max_conf_num = 1
+EOF
+else
+	write_if_changed "$CD/config.toml" <<EOF && cd_changed=1
 # Written by test/rig/up.sh. containerd 1.6 (config version 2), private to the rig.
 version = 2
 root = "$CD/root"
@@ -411,6 +532,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$CD/certs.d"
 EOF
+fi
 write_if_changed "$CNI_CONF_DIR/10-nodelet-rig.conflist" <<EOF || true
 {
   "cniVersion": "1.0.0",
@@ -447,15 +569,16 @@ if ((cd_changed)) && alive containerd; then
 	kill -TERM "$(cat "$RUN/containerd.pid")"
 	for _ in $(seq 1 100); do alive containerd || break; sleep 0.1; done
 fi
-start containerd containerd --config "$CD/config.toml"
-wait_until 30 "containerd $SOCK" ctr -a "$SOCK" version
+# containerd finds its shim (containerd-shim-runc-v2) on PATH: 2.x's own beside it.
+start containerd env PATH="${CONTAINERD_BIN_DIR:+$CONTAINERD_BIN_DIR:}$PATH" "$CONTAINERD" --config "$CD/config.toml"
+wait_until 30 "containerd $SOCK" "$CTR_BIN" -a "$SOCK" version
 check_alive containerd
 
 # ---------------------------------------------------------------- images and rig tools
 cat >"$BIN/ctr" <<EOF
 #!/bin/sh
 # ctr against the rig's containerd, CRI namespace.
-exec ctr -a "$SOCK" -n k8s.io "\$@"
+exec $CTR_BIN -a "$SOCK" -n k8s.io "\$@"
 EOF
 chmod +x "$BIN/ctr"
 log "building pause, mkimage and rigcri"
@@ -552,6 +675,9 @@ KUBELET_SERVING_CERT=$PKI/kubelet-serving.crt
 KUBELET_SERVING_KEY=$PKI/kubelet-serving.key
 NODE_IP=$NODE_IP
 CONTAINER_RUNTIME_ENDPOINT=$CONTAINER_RUNTIME_ENDPOINT
+RIG_RUNTIME=$RIG_RUNTIME
+CONTAINERD_VERSION=$CONTAINERD_VERSION
+CONTAINERD_BIN_DIR=$CONTAINERD_BIN_DIR
 CONTAINERD_ROOT=$CD/root
 CONTAINERD_STATE=$CD/state
 CNI_CONF_DIR=$CNI_CONF_DIR
@@ -559,6 +685,8 @@ POD_CIDR=$POD_CIDR
 CNI_BRIDGE=$CNI_BRIDGE
 NODELET_PORT=$NODELET_PORT
 NODELET_HEALTHZ_PORT=$NODELET_HEALTHZ_PORT
+CGROUP_ROOT=$CGROUP_ROOT
+SCHEDULER_PORT=$SCHEDULER_PORT
 SERVICE_CIDR=$SERVICE_CIDR
 BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 PAUSE_IMAGE=$PAUSE_IMAGE

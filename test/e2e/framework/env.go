@@ -40,6 +40,9 @@ type RigEnv struct {
 	PodCIDR                  string // POD_CIDR: the CNI bridge's range
 	NodeletPort              int32  // NODELET_PORT: the node agent's HTTPS port (10250)
 	NodeletHealthzPort       int32  // NODELET_HEALTHZ_PORT: its healthz port (10248)
+	// CgroupRoot is CGROUP_ROOT: the node agent's cgroupRoot ("" = "/"). A second rig on the
+	// machine sets its own, so that its node agents never see the other rig's pod cgroups.
+	CgroupRoot string
 
 	// All holds every KEY=value of the file, including keys without a field above.
 	All map[string]string
@@ -96,6 +99,7 @@ func ParseRigEnvFile(path string) (*RigEnv, error) {
 		Ctr:                      all["CTR"],
 		NodeletRootBase:          all["NODELET_ROOT_BASE"],
 		PodCIDR:                  all["POD_CIDR"],
+		CgroupRoot:               all["CGROUP_ROOT"],
 		All:                      all,
 	}
 	var missing []string

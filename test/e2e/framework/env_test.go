@@ -18,6 +18,7 @@ func TestParseRigEnvFile(t *testing.T) {
 		"BUSYBOX_IMAGE=nodelet.local/busybox:latest",
 		"export EXTRA='x=y'",
 		"NODELET_PORT=11250",
+		"CGROUP_ROOT=/nodelet-rig-conf",
 		"",
 	}, "\n")
 	tests := []struct {
@@ -38,6 +39,9 @@ func TestParseRigEnvFile(t *testing.T) {
 				}
 				if e.NodeletPort != 11250 || e.NodeletHealthzPort != 10248 {
 					t.Errorf("ports = %d/%d, want 11250 and the default 10248", e.NodeletPort, e.NodeletHealthzPort)
+				}
+				if e.CgroupRoot != "/nodelet-rig-conf" {
+					t.Errorf("CgroupRoot = %q, want /nodelet-rig-conf", e.CgroupRoot)
 				}
 				if e.NodeletRootBase != "/r/nodelet" {
 					t.Errorf("NodeletRootBase default = %q", e.NodeletRootBase)

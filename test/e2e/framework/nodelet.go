@@ -104,6 +104,7 @@ func DefaultKubeletConfiguration(env *RigEnv, dir string) *kubeletconfigv1beta1.
 		PodLogsDir:               filepath.Join(dir, "pod-logs"),
 		ContainerRuntimeEndpoint: env.ContainerRuntimeEndpoint,
 		CgroupDriver:             "cgroupfs",
+		CgroupRoot:               env.CgroupRoot,
 		FailSwapOn:               ptr.To(false),
 		// The rig's host has cgroup v1 (hybrid) and cannot have v2; upstream refuses v1 by default.
 		FailCgroupV1: ptr.To(false),

@@ -47,6 +47,7 @@ type ImageSpec struct {
 	Cmd        []string
 	Env        []string
 	WorkingDir string
+	User       string
 }
 
 // Descriptor is an OCI content descriptor.
@@ -95,6 +96,7 @@ type RuntimeConf struct {
 	Cmd        []string `json:"Cmd,omitempty"`
 	Env        []string `json:"Env,omitempty"`
 	WorkingDir string   `json:"WorkingDir,omitempty"`
+	User       string   `json:"User,omitempty"`
 }
 
 // RootFS lists the layers' uncompressed digests.
@@ -159,6 +161,11 @@ func PauseSpec(pause []byte) ImageSpec {
 		Env:        []string{defaultPath},
 		WorkingDir: "/",
 	}
+}
+
+// ScratchSpec is an image with only the base directories: the flags add the rest.
+func ScratchSpec() ImageSpec {
+	return ImageSpec{Entries: baseEntries(), Env: []string{defaultPath}, WorkingDir: "/"}
 }
 
 // buildLayer returns the layer as an uncompressed tar (for the diff ID) and gzipped.
@@ -232,6 +239,7 @@ func WriteOCILayout(w io.Writer, spec ImageSpec) error {
 			Cmd:        spec.Cmd,
 			Env:        spec.Env,
 			WorkingDir: spec.WorkingDir,
+			User:       spec.User,
 		},
 		RootFS:  RootFS{Type: "layers", DiffIDs: []string{digestOf(raw)}},
 		History: []HistoryRec{{Created: created, CreatedBy: "nodelet test/rig/mkimage"}},

@@ -145,6 +145,10 @@ type Controller struct {
 	defaultRouteIP func() (net.IP, error)
 
 	trigger chan struct{}
+	// registeredCh is signalled once the Node is registered, so a Lease created
+	// before its UID was known gets its owner reference at once, not at the
+	// next renewal up to 10s later.
+	registeredCh chan struct{}
 
 	mu             sync.Mutex
 	node           *v1.Node
@@ -197,6 +201,7 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 		interfaceAddrs:  net.InterfaceAddrs,
 		defaultRouteIP:  chooseHostInterface,
 		trigger:         make(chan struct{}, 1),
+		registeredCh:    make(chan struct{}, 1),
 	}
 	if kc.NodeStatusMaxImages != nil {
 		c.maxImages = *kc.NodeStatusMaxImages
@@ -346,6 +351,14 @@ func (c *Controller) runLease(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-c.registeredCh:
+			t.Stop()
+			if c.latestLease != nil && len(c.latestLease.OwnerReferences) > 0 {
+				// Already owned (the Node existed): keep the renewal interval.
+				if !c.sleep(ctx, jitter(interval)) {
+					return
+				}
+			}
 		case <-t.C():
 		}
 	}

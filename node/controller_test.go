@@ -1010,3 +1010,29 @@ func TestRepeatedHeartbeatFailureCallback(t *testing.T) {
 		t.Fatalf("resets after %d failed lease updates = %d, want %d", maxLeaseUpdateRetries, resets, maxLeaseUpdateRetries-1)
 	}
 }
+
+// A Lease created before the Node was registered gets its owner reference as soon
+// as the Node's UID is known, without waiting for the next renewal (the upstream
+// NodeLease conformance spec reads it seconds after the node agent started).
+func TestLeaseOwnedOnceRegistered(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { h.c.runLease(ctx) })
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	eventually.True(t, "the lease to be created", func() bool { return h.lease() != nil })
+	if l := h.lease(); len(l.OwnerReferences) != 0 {
+		t.Fatalf("lease owned before the node was registered: %v", l.OwnerReferences)
+	}
+	if err := h.c.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No clock step: the renewal timer has not fired.
+	eventually.True(t, "the lease to be owned by the node", func() bool {
+		l := h.lease()
+		return l != nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == "uid-n1"
+	})
+}

@@ -84,6 +84,10 @@ func (c *Controller) Register(ctx context.Context) error {
 			c.mu.Lock()
 			c.registered = true
 			c.mu.Unlock()
+			select {
+			case c.registeredCh <- struct{}{}:
+			default:
+			}
 			klog.InfoS("Successfully registered node", "node", c.cfg.NodeName)
 			return nil
 		}

@@ -2,10 +2,12 @@
 # test-all.sh: the one test command (`sudo hack/test-all.sh`; CI runs it through .ci/run).
 #   install-deps -> build-bins -> gofmt/go vet -> go test -race ./... -> build cmd/nodelet
 #   -> rig up (fresh) -> e2e tests -> VM test (cgroup v2 + swap, when /dev/kvm exists)
+#   -> the upstream NodeConformance slice on a second rig (hack/conformance.sh --slice)
 #   -> rig down (always, on exit).
 # Exits non-zero on the first failure. Env: KEEP_RIG=1 leaves the rig up at the end;
 # E2E_RUN=<regexp> limits the e2e tests; SKIP_E2E=1 stops after the unit tests;
-# SKIP_VM=1 skips the VM test (test/vm, ~5 min); FUZZTIME=<dur> sets each fuzz target's run;
+# SKIP_VM=1 skips the VM test (test/vm, ~5 min); SKIP_CONFORMANCE=1 skips the NodeConformance
+# slice (test/conformance/ci-slice.txt); FUZZTIME=<dur> sets each fuzz target's run;
 # RIG_RUNTIME=containerd1.6|containerd2 picks the rig's container runtime (test/rig/up.sh).
 #
 # Time budgets per stage, cold run on 2 cores (CI must finish in 90 min). A stage over its
@@ -22,7 +24,9 @@
 #   rig up                           240s
 #   e2e tests                        900s
 #   vm test                          480s
-#   total                           4600s (77 min)
+#   NodeConformance slice            480s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
+#                                         agnhost and the test images once, cached; ~150s warm)
+#   total                           5080s (85 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -139,4 +143,19 @@ else
 	section "vm test (cgroup v2 + swap, qemu)" 480
 	bash test/vm/install-deps.sh
 	RIG_BIN_DIR=$RIG_BIN_DIR go test -tags vm -v -count=1 -timeout 20m ./test/vm/...
+fi
+
+# The fixed, never-shrinking slice of the upstream [NodeConformance] focus (one spec per area,
+# docs/conformance.md); the whole focus (~30-45 min) is `sudo hack/conformance.sh`. It brings up
+# its own rig (test/conformance/rig.env) and takes it down again.
+if [[ "${SKIP_CONFORMANCE:-0}" == 1 ]]; then
+	echo "SKIP_CONFORMANCE=1: skipping the NodeConformance slice"
+else
+	if ((RIG_STARTED)) && [[ "${KEEP_RIG:-0}" != 1 ]]; then
+		# Two cores: the e2e rig's control plane should not idle beside the slice's.
+		bash test/rig/down.sh
+		RIG_STARTED=0
+	fi
+	section "NodeConformance slice" 480
+	bash hack/conformance.sh --slice
 fi

@@ -306,7 +306,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 					}
 				}
 			}
-			out = append(out, cs)
+			out = append(out, withStartedFlag(cs, kind))
 			continue
 		}
 		cur := list[0]
@@ -372,9 +372,21 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 				cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
 			}
 		}
-		out = append(out, cs)
+		out = append(out, withStartedFlag(cs, kind))
 	}
 	return out
+}
+
+// withStartedFlag gives every app and init container status a started flag, false
+// unless set above: upstream's probe manager sets it on each of them whatever the
+// state, and clients (the e2e framework's WaitForPodContainerStarted among them)
+// dereference it unchecked while a container still waits.
+func withStartedFlag(cs v1.ContainerStatus, kind containerKind) v1.ContainerStatus {
+	if kind != ephemeralContainer && cs.Started == nil {
+		started := false
+		cs.Started = &started
+	}
+	return cs
 }
 
 // defaultWaitingReason is the reason of a container that has not run yet and

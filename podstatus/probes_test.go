@@ -76,3 +76,30 @@ func TestProbesDriveReadyAndStarted(t *testing.T) {
 		})
 	}
 }
+
+// Every app and init container status carries a started flag, false while it waits
+// to be created: the e2e framework's WaitForPodContainerStarted dereferences it
+// unchecked and panicked on a pod whose sidecar's startup probe held the app
+// container back.
+func TestStartedFlagSetWhileWaiting(t *testing.T) {
+	run := runtimeapi.ContainerState_CONTAINER_RUNNING
+	p := pod(v1.RestartPolicyAlways, "main")
+	p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "img", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways)}}
+	for _, tt := range []struct {
+		name string
+		rt   *pleg.PodStatus
+	}{
+		{"nothing created yet", nil},
+		{"sidecar running, not started", &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), IPs: []string{"10.0.0.1"},
+			Containers: []*runtimeapi.ContainerStatus{cs("side", run, 0, 1, "0")}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Generate(Input{Pod: p, Runtime: tt.rt, Probes: fakeProbes{}, Now: now})
+			for _, c := range append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...) {
+				if c.Started == nil || *c.Started {
+					t.Errorf("%s: started = %v, want a false flag", c.Name, c.Started)
+				}
+			}
+		})
+	}
+}

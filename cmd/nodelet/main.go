@@ -3,11 +3,21 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/version"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/agent"
@@ -15,7 +25,11 @@ import (
 )
 
 func main() {
-	args := os.Args[1:]
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is nodelet's command line: it returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
 	// `nodelet shutdown plan [flags]` prints what a node shutdown would do, with the
 	// same flags and config files as the daemon.
 	plan := len(args) >= 2 && args[0] == "shutdown" && args[1] == "plan"
@@ -23,27 +37,83 @@ func main() {
 		args = args[2:]
 	}
 	opts, err := config.Load(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		// --help / -h: the usage on stdout and success, as the kubelet (cobra) does.
+		fmt.Fprint(stdout, config.Usage())
+		return 0
+	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
-		os.Exit(1)
+		fmt.Fprintf(stderr, "nodelet: %v\n", err)
+		return 1
 	}
 	if opts.ShowVersion {
-		fmt.Println("nodelet " + agent.Version)
-		return
+		printVersion(stdout, opts.VersionRaw)
+		return 0
 	}
+	applyVerbosity(opts.Config.Logging)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if plan {
-		if err := agent.PrintShutdownPlan(ctx, os.Stdout, opts); err != nil {
-			fmt.Fprintf(os.Stderr, "nodelet shutdown plan: %v\n", err)
-			os.Exit(1)
+		if err := agent.PrintShutdownPlan(ctx, stdout, opts); err != nil {
+			fmt.Fprintf(stderr, "nodelet shutdown plan: %v\n", err)
+			return 1
 		}
-		return
+		return 0
 	}
+	defer klog.Flush()
 	if err := agent.Run(ctx, opts); err != nil {
 		klog.ErrorS(err, "nodelet stopped with an error")
-		klog.Flush()
-		os.Exit(1)
+		return 1
 	}
-	klog.Flush()
+	return 0
+}
+
+// printVersion prints what `kubelet --version` does ("Kubernetes vX.Y.Z"),
+// or with --version=raw the whole version record.
+func printVersion(w io.Writer, raw bool) {
+	info := versionInfo()
+	if raw {
+		fmt.Fprintf(w, "%#v\n", info)
+		return
+	}
+	fmt.Fprintf(w, "Kubernetes %s\n", info.GitVersion)
+}
+
+// versionInfo is the version record upstream's --version=raw prints, filled
+// from agent.Version and the build's own metadata.
+func versionInfo() version.Info {
+	info := version.Info{
+		GitVersion:   agent.Version,
+		GitTreeState: "",
+		GoVersion:    runtime.Version(),
+		Compiler:     runtime.Compiler,
+		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
+	}
+	if parts := strings.SplitN(strings.TrimPrefix(agent.Version, "v"), ".", 3); len(parts) >= 2 {
+		info.Major, info.Minor = parts[0], parts[1]
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.GitCommit = s.Value
+			case "vcs.modified":
+				info.GitTreeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
+			case "vcs.time":
+				info.BuildDate = s.Value
+			}
+		}
+	}
+	return info
+}
+
+// applyVerbosity hands -v / logging.verbosity and --vmodule to klog, which
+// nodelet logs through.
+func applyVerbosity(c logsapi.LoggingConfiguration) {
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	_ = fs.Set("v", strconv.FormatUint(uint64(c.Verbosity), 10))
+	if vm := logsapi.VModuleConfigurationPflag(&c.VModule).String(); vm != "" {
+		_ = fs.Set("vmodule", vm)
+	}
 }

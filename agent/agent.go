@@ -342,7 +342,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if sandboxImage == "" {
 		sandboxImage = runtimeSandboxImage(ctx, rt)
 	}
-	gcs, err := newGarbageCollectors(kc, opts.RootDir, sandboxImage, nodeName, rt, loop, recorder, clk, reg)
+	gcs, err := newGarbageCollectors(kc, containerGCPolicy(opts), opts.RootDir, sandboxImage, nodeName, rt, loop, recorder, clk, reg)
 	if err != nil {
 		return nil, err
 	}

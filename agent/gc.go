@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/imagegc"
 )
@@ -33,7 +34,7 @@ type garbageCollectors struct {
 	images     *imagegc.ImageManager
 }
 
-func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir, sandboxImage, nodeName string, rt *cri.Client,
+func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, containerPolicy imagegc.ContainerPolicy, rootDir, sandboxImage, nodeName string, rt *cri.Client,
 	pods imagegc.PodState, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*garbageCollectors, error) {
 	images, err := imagegc.NewImageManager(imagegc.ImagePolicy{
 		HighThresholdPercent: int(ptr.Deref(kc.ImageGCHighThresholdPercent, 85)),
@@ -47,9 +48,23 @@ func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir
 		return nil, fmt.Errorf("setting up image garbage collection: %w", err)
 	}
 	return &garbageCollectors{
-		containers: imagegc.NewContainerGC(imagegc.DefaultContainerPolicy(), rt, pods, kc.PodLogsDir, clk),
+		containers: imagegc.NewContainerGC(containerPolicy, rt, pods, kc.PodLogsDir, clk),
 		images:     images,
 	}, nil
+}
+
+// containerGCPolicy is the container GC policy of the deprecated upstream
+// flags (--minimum-container-ttl-duration, --maximum-dead-containers-per-container,
+// --maximum-dead-containers), whose defaults are upstream's.
+func containerGCPolicy(opts *config.Options) imagegc.ContainerPolicy {
+	if opts.ContainerGC == nil {
+		return imagegc.DefaultContainerPolicy()
+	}
+	return imagegc.ContainerPolicy{
+		MinAge:             opts.ContainerGC.MinimumTTL,
+		MaxPerPodContainer: int(opts.ContainerGC.MaxPerPodContainer),
+		MaxContainers:      int(opts.ContainerGC.MaxContainers),
+	}
 }
 
 // runtimeSandboxImage asks the runtime which pause image it uses (containerd puts its

@@ -1,6 +1,12 @@
 package agent
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/imagegc"
+)
 
 func TestSandboxImageFromInfo(t *testing.T) {
 	tests := []struct {
@@ -18,5 +24,21 @@ func TestSandboxImageFromInfo(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// The container GC policy comes from the deprecated upstream flags; Options
+// built without Load (nil) keep upstream's defaults.
+func TestContainerGCPolicyFromFlags(t *testing.T) {
+	if got := containerGCPolicy(&config.Options{}); got != imagegc.DefaultContainerPolicy() {
+		t.Errorf("nil flags: %+v, want upstream's default", got)
+	}
+	opts, err := config.Load([]string{"--minimum-container-ttl-duration=30s", "--maximum-dead-containers-per-container=3", "--maximum-dead-containers=50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := imagegc.ContainerPolicy{MinAge: 30 * time.Second, MaxPerPodContainer: 3, MaxContainers: 50}
+	if got := containerGCPolicy(opts); got != want {
+		t.Errorf("policy = %+v, want %+v", got, want)
 	}
 }

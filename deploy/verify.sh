@@ -56,6 +56,14 @@ for f in nodelet.service nodelet.service.d/10-nodelet.conf; do
 done
 grep -q '^Environment="NODELET_CONFIG_ARGS=--config=' "$unit_dir/nodelet.service.d/10-nodelet.conf" ||
 	{ echo "verify.sh: 10-nodelet.conf does not set NODELET_CONFIG_ARGS=--config=..." >&2; exit 1; }
+# The operator's KUBELET_EXTRA_ARGS (kubeadm's packages put it in /etc/default/kubelet
+# or /etc/sysconfig/kubelet) must reach nodelet, before nodelet's own overrides.
+for f in /etc/default/kubelet /etc/sysconfig/kubelet /etc/default/nodelet; do
+	grep -qx "EnvironmentFile=-$f" "$unit_dir/nodelet.service.d/10-nodelet.conf" ||
+		{ echo "verify.sh: 10-nodelet.conf does not read $f" >&2; exit 1; }
+done
+grep -q '^ExecStart=.*\$KUBELET_EXTRA_ARGS \$NODELET_EXTRA_ARGS$' "$unit_dir/nodelet.service.d/10-nodelet.conf" ||
+	{ echo "verify.sh: 10-nodelet.conf does not pass \$KUBELET_EXTRA_ARGS then \$NODELET_EXTRA_ARGS" >&2; exit 1; }
 
 # --root makes systemd-analyze resolve the unit, its drop-in directory and
 # ExecStart=/usr/local/bin/nodelet inside the temporary install. The units

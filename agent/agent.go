@@ -282,12 +282,15 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if kc.StaticPodPath != "" {
 		sources = append(sources, podutil.SourceFile)
 	}
+	if kc.StaticPodURL != "" {
+		sources = append(sources, podutil.SourceHTTP)
+	}
 	if client != nil {
 		sources = append(sources, podutil.SourceAPI)
 	}
 	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
-	if kc.StaticPodPath == "" && client == nil {
-		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
+	if len(sources) == 0 {
+		logger.Info("None of staticPodPath, staticPodURL and a kubeconfig is set: nodelet has no pods to run")
 	}
 
 	statusMgr := status.NewManager(client, pods, clk,
@@ -387,6 +390,12 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	}
 	if kc.StaticPodPath != "" {
 		add(&intake, "static pod files", func(ctx context.Context) { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
+	}
+	if kc.StaticPodURL != "" {
+		header := podconfig.HTTPHeader(kc.StaticPodURLHeader)
+		add(&intake, "static pod URL", func(ctx context.Context) {
+			pods.RunHTTPSource(ctx, kc.StaticPodURL, header, kc.HTTPCheckFrequency.Duration)
+		})
 	}
 	if client != nil {
 		add(&intake, "API pod source", func(ctx context.Context) { pods.RunAPISource(ctx, client) })

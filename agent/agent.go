@@ -114,6 +114,11 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
 	}
 
+	showHidden, err := showHiddenMetrics(kc.ShowHiddenMetricsForVersion)
+	if err != nil {
+		return nil, err
+	}
+
 	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
 		return nil, fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
@@ -369,6 +374,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
+		showHiddenMetrics: showHidden,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the kubelet API server: %w", err)

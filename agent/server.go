@@ -37,6 +37,9 @@ type apiServerDeps struct {
 	probeMetrics   prometheus.Gatherer    // served on /metrics/probes; may be nil
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
 	clock          clock.WithTicker
+	// showHiddenMetrics serves the hidden (long-deprecated) metrics too
+	// (showHiddenMetricsForVersion).
+	showHiddenMetrics bool
 }
 
 // newAPIServer builds the kubelet API on port/readOnlyPort with the configured
@@ -96,6 +99,7 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		CipherSuites:            suites,
 		MinVersion:              minVersion,
 		CurvePreferences:        curves,
+		ShowHiddenMetrics:       d.showHiddenMetrics,
 		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
 		Configz:                 configz(kc),
 	}, server.Deps{

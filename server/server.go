@@ -74,6 +74,9 @@ type Config struct {
 	EnableDebuggingHandlers bool
 	// Configz is what /configz shows under "kubeletconfig" (the effective configuration).
 	Configz any
+	// ShowHiddenMetrics serves the metrics upstream hides in this version (deprecated
+	// before the previous minor version), as showHiddenMetricsForVersion does upstream.
+	ShowHiddenMetrics bool
 }
 
 // Deps are the parts the handlers read.

@@ -114,6 +114,11 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
 	}
 
+	showHidden, err := showHiddenMetrics(kc.ShowHiddenMetricsForVersion)
+	if err != nil {
+		return nil, err
+	}
+
 	swaps, _ := os.ReadFile("/proc/swaps") // missing means no swap
 	if err := cgroups.CheckSwap(string(swaps), ptr.Deref(kc.FailSwapOn, true)); err != nil {
 		return nil, fmt.Errorf("%w (set failSwapOn: false in the config file to allow it)", err)
@@ -282,12 +287,15 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if kc.StaticPodPath != "" {
 		sources = append(sources, podutil.SourceFile)
 	}
+	if kc.StaticPodURL != "" {
+		sources = append(sources, podutil.SourceHTTP)
+	}
 	if client != nil {
 		sources = append(sources, podutil.SourceAPI)
 	}
 	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
-	if kc.StaticPodPath == "" && client == nil {
-		logger.Info("Neither staticPodPath nor a kubeconfig is set: nodelet has no pods to run")
+	if len(sources) == 0 {
+		logger.Info("None of staticPodPath, staticPodURL and a kubeconfig is set: nodelet has no pods to run")
 	}
 
 	statusMgr := status.NewManager(client, pods, clk,
@@ -366,6 +374,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
 		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
+		showHiddenMetrics: showHidden,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the kubelet API server: %w", err)
@@ -387,6 +396,12 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	}
 	if kc.StaticPodPath != "" {
 		add(&intake, "static pod files", func(ctx context.Context) { pods.RunFileSource(ctx, kc.StaticPodPath, kc.FileCheckFrequency.Duration) })
+	}
+	if kc.StaticPodURL != "" {
+		header := podconfig.HTTPHeader(kc.StaticPodURLHeader)
+		add(&intake, "static pod URL", func(ctx context.Context) {
+			pods.RunHTTPSource(ctx, kc.StaticPodURL, header, kc.HTTPCheckFrequency.Duration)
+		})
 	}
 	if client != nil {
 		add(&intake, "API pod source", func(ctx context.Context) { pods.RunAPISource(ctx, client) })

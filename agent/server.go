@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -36,13 +37,28 @@ type apiServerDeps struct {
 	probeMetrics   prometheus.Gatherer    // served on /metrics/probes; may be nil
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
 	clock          clock.WithTicker
+	// showHiddenMetrics serves the hidden (long-deprecated) metrics too
+	// (showHiddenMetricsForVersion).
+	showHiddenMetrics bool
 }
 
 // newAPIServer builds the kubelet API on port/readOnlyPort with the configured
 // authentication and authorization and opens its ports (nil when both are 0). As upstream, webhook
 // authentication or authorization without an API client is a start-up error.
 func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (*server.Listeners, error) {
-	if kc.Port == 0 && kc.ReadOnlyPort == 0 {
+	// Refused even when no port is served: a bad value is an error, never ignored.
+	curves, err := server.TLSCurvePreferences(kc.TLSCurvePreferences)
+	if err != nil {
+		return nil, err
+	}
+	port := kc.Port
+	if !ptr.Deref(kc.EnableServer, true) {
+		// As upstream, enableServer turns off the secured port only; the read-only
+		// port follows readOnlyPort alone.
+		klog.FromContext(ctx).Info("enableServer is false: the kubelet API port is not served", "port", kc.Port)
+		port = 0
+	}
+	if port == 0 && kc.ReadOnlyPort == 0 {
 		return nil, nil
 	}
 	authn, err := newAuthenticator(kc, d.authClient, d.clock)
@@ -77,11 +93,13 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	srv := server.New(server.Config{
 		NodeName:                d.nodeName,
 		Address:                 kc.Address,
-		Port:                    kc.Port,
+		Port:                    port,
 		ReadOnlyPort:            kc.ReadOnlyPort,
 		GetCertificate:          d.getCertificate,
 		CipherSuites:            suites,
 		MinVersion:              minVersion,
+		CurvePreferences:        curves,
+		ShowHiddenMetrics:       d.showHiddenMetrics,
 		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
 		Configz:                 configz(kc),
 	}, server.Deps{
@@ -157,9 +175,17 @@ func newAuthorizer(kc *kubeletconfigv1beta1.KubeletConfiguration, client kuberne
 	return nil, fmt.Errorf("unknown authorization.mode %q (AlwaysAllow or Webhook)", kc.Authorization.Mode)
 }
 
-// configz is the effective configuration as /configz shows it: with its kind and version.
+// maskedValue replaces a secret in /configz, as upstream masks it.
+const maskedValue = "<masked>"
+
+// configz is the effective configuration as /configz shows it: with its kind and
+// version, and each staticPodURLHeader key's values masked (they are often
+// credentials; the keys stay, so a merge of drop-ins can still be checked).
 func configz(kc *kubeletconfigv1beta1.KubeletConfiguration) *kubeletconfigv1beta1.KubeletConfiguration {
 	c := kc.DeepCopy()
 	c.APIVersion, c.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "KubeletConfiguration"
+	for k := range c.StaticPodURLHeader {
+		c.StaticPodURLHeader[k] = []string{maskedValue}
+	}
 	return c
 }

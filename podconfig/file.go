@@ -188,10 +188,23 @@ type typeMeta struct {
 	Kind       string `json:"kind"`
 }
 
+// origin is where a manifest came from: the source's name and, for the UID, the
+// file path ("file:<path>") or URL ("url:<url>").
+type origin struct {
+	source, id string
+}
+
+func fileOrigin(file string) origin { return origin{source: podutil.SourceFile, id: "file:" + file} }
+
 // decodeManifest turns manifest bytes from file into the pods to run on nodeName:
 // one for a v1 Pod, one per item for a v1 PodList. Any bad pod refuses the whole
 // file.
 func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
+	return decodeManifestFrom(data, fileOrigin(file), nodeName)
+}
+
+// decodeManifestFrom is decodeManifest for a manifest from any static source.
+func decodeManifestFrom(data []byte, from origin, nodeName string) ([]*v1.Pod, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("manifest is empty")
 	}
@@ -211,7 +224,7 @@ func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 	}
 	if tm.Kind == "Pod" {
 		// The UID hashes the file's bytes, so it stays what earlier versions gave.
-		pod, err := decodePod(js, staticPodUID(data, nodeName, file), nodeName)
+		pod, err := decodePod(js, staticPodUID(data, nodeName, from), nodeName, from.source)
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +248,7 @@ func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 		}
 		// Each item's UID hashes that item only: editing one pod of the list
 		// does not restart the others.
-		pod, err := decodePod(item, staticPodUID(item, nodeName, file), nodeName)
+		pod, err := decodePod(item, staticPodUID(item, nodeName, from), nodeName, from.source)
 		if err != nil {
 			return nil, fmt.Errorf("items[%d]: %w", i, err)
 		}
@@ -244,8 +257,9 @@ func decodeManifest(data []byte, file, nodeName string) ([]*v1.Pod, error) {
 	return pods, nil
 }
 
-// decodePod turns one pod's JSON into a pod with uid, ready to run on nodeName.
-func decodePod(js []byte, uid types.UID, nodeName string) (*v1.Pod, error) {
+// decodePod turns one pod's JSON from source into a pod with uid, ready to run on
+// nodeName.
+func decodePod(js []byte, uid types.UID, nodeName, source string) (*v1.Pod, error) {
 	pod := &v1.Pod{}
 	if err := json.Unmarshal(js, pod); err != nil {
 		return nil, fmt.Errorf("decode pod: %w", err)
@@ -269,9 +283,12 @@ func decodePod(js []byte, uid types.UID, nodeName string) (*v1.Pod, error) {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[podutil.AnnotationConfigHash] = string(uid)
-	pod.Annotations[podutil.AnnotationConfigSource] = podutil.SourceFile
+	pod.Annotations[podutil.AnnotationConfigSource] = source
 	applyPodDefaults(pod)
-	addNoExecuteToleration(pod)
+	if source == podutil.SourceFile {
+		// Upstream gives only file pods this toleration; HTTP pods go without it.
+		addNoExecuteToleration(pod)
+	}
 
 	if err := validateStaticPod(pod); err != nil {
 		return nil, err
@@ -279,11 +296,14 @@ func decodePod(js []byte, uid types.UID, nodeName string) (*v1.Pod, error) {
 	return pod, nil
 }
 
-// staticPodUID is stable across restarts: the same bytes in the same file on the same
-// node always give the same UID; any edit gives a new one (a new pod), as upstream.
-func staticPodUID(data []byte, nodeName, file string) types.UID {
+// staticPodUID is stable across restarts: the same bytes from the same file (or URL)
+// on the same node always give the same UID; any edit gives a new one (a new pod), as
+// upstream.
+func staticPodUID(data []byte, nodeName string, from origin) types.UID {
 	h := md5.New() //nolint:gosec // see import
-	fmt.Fprintf(h, "host:%s\x00file:%s\x00", nodeName, file)
+	// For a file this is "host:<node>\x00file:<path>\x00", the bytes earlier versions
+	// hashed, so file pods keep their UIDs.
+	fmt.Fprintf(h, "host:%s\x00%s\x00", nodeName, from.id)
 	h.Write(data)
 	return types.UID(hex.EncodeToString(h.Sum(nil)))
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+
+	cliflag "k8s.io/component-base/cli/flag"
 )
 
 // CipherSuites maps tlsCipherSuites names (Go's IANA names) to IDs.
@@ -40,4 +42,16 @@ func TLSVersion(name string) (uint16, error) {
 		return tls.VersionTLS13, nil
 	}
 	return 0, fmt.Errorf("unknown tlsMinVersion %q (VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13)", name)
+}
+
+// TLSCurvePreferences maps tlsCurvePreferences (numeric crypto/tls CurveIDs, as
+// upstream) to the serving TLS config's curve preferences; nil (Go's defaults) when
+// empty. An ID out of range, repeated or unknown to this Go version is refused, naming
+// the field.
+func TLSCurvePreferences(ids []int32) ([]tls.CurveID, error) {
+	curves, err := cliflag.TLSCurvePreferences(ids)
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration: tlsCurvePreferences %v: %w", ids, err)
+	}
+	return curves, nil
 }

@@ -32,9 +32,10 @@ var (
 		"Current working set of the pod in bytes", []string{"pod", "namespace"}, nil)
 	podSwapDesc = prometheus.NewDesc("pod_swap_usage_bytes",
 		"Current amount of the pod swap usage in bytes. Reported only on non-windows systems", []string{"pod", "namespace"}, nil)
-	// scrape_error is upstream's deprecated name (1.29) kept beside resource_scrape_error.
+	// scrape_error is upstream's name deprecated in 1.29 for resource_scrape_error: an
+	// alpha metric, so hidden from 1.30 on; served only with ShowHiddenMetrics.
 	scrapeErrorDesc = prometheus.NewDesc("scrape_error",
-		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
+		"(Deprecated since 1.29.0) 1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
 	resourceScrapeErrorDesc = prometheus.NewDesc("resource_scrape_error",
 		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
 )
@@ -44,19 +45,26 @@ var (
 type resourceCollector struct {
 	ctx      context.Context
 	provider SummaryProvider
+	// showHidden also serves scrape_error.
+	showHidden bool
 }
 
 func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{nodeCPUDesc, nodeMemoryDesc, nodeSwapDesc, containerCPUDesc, containerMemoryDesc,
-		containerSwapDesc, containerStartDesc, podCPUDesc, podMemoryDesc, podSwapDesc, scrapeErrorDesc, resourceScrapeErrorDesc} {
+		containerSwapDesc, containerStartDesc, podCPUDesc, podMemoryDesc, podSwapDesc, resourceScrapeErrorDesc} {
 		ch <- d
+	}
+	if c.showHidden {
+		ch <- scrapeErrorDesc
 	}
 }
 
 func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 	var failed float64
 	defer func() {
-		ch <- prometheus.MustNewConstMetric(scrapeErrorDesc, prometheus.GaugeValue, failed)
+		if c.showHidden {
+			ch <- prometheus.MustNewConstMetric(scrapeErrorDesc, prometheus.GaugeValue, failed)
+		}
 		ch <- prometheus.MustNewConstMetric(resourceScrapeErrorDesc, prometheus.GaugeValue, failed)
 	}()
 	sum, err := c.provider.Summary(c.ctx)
@@ -116,7 +124,7 @@ func (s *Server) resourceMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(&resourceCollector{ctx: r.Context(), provider: s.deps.Summary}); err != nil {
+	if err := reg.Register(&resourceCollector{ctx: r.Context(), provider: s.deps.Summary, showHidden: s.cfg.ShowHiddenMetrics}); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -66,11 +66,17 @@ type Config struct {
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	CipherSuites   []uint16
 	MinVersion     uint16
+	// CurvePreferences are the key exchanges offered (tlsCurvePreferences); nil is
+	// Go's defaults.
+	CurvePreferences []tls.CurveID
 	// EnableDebuggingHandlers serves logs, exec, attach, portForward, run and configz
 	// (default on upstream).
 	EnableDebuggingHandlers bool
 	// Configz is what /configz shows under "kubeletconfig" (the effective configuration).
 	Configz any
+	// ShowHiddenMetrics serves the metrics upstream hides in this version (deprecated
+	// before the previous minor version), as showHiddenMetricsForVersion does upstream.
+	ShowHiddenMetrics bool
 }
 
 // Deps are the parts the handlers read.
@@ -161,9 +167,10 @@ func (s *Server) Listen(ctx context.Context) (*Listeners, error) {
 			GetCertificate: s.cfg.GetCertificate,
 			// Client certificates are verified by the x509 authenticator, so a request
 			// without one (or with a foreign one) can still authenticate with a token.
-			ClientAuth:   tls.RequestClientCert,
-			CipherSuites: s.cfg.CipherSuites,
-			MinVersion:   s.cfg.MinVersion,
+			ClientAuth:       tls.RequestClientCert,
+			CipherSuites:     s.cfg.CipherSuites,
+			MinVersion:       s.cfg.MinVersion,
+			CurvePreferences: s.cfg.CurvePreferences,
 		}
 		if tc.MinVersion == 0 {
 			tc.MinVersion = tls.VersionTLS12

@@ -11,7 +11,7 @@ import (
 
 // Annotations the pod sources set (upstream keys).
 const (
-	// AnnotationConfigSource names the source a pod came from (SourceAPI, SourceFile).
+	// AnnotationConfigSource names the source a pod came from (SourceAPI, SourceFile, SourceHTTP).
 	AnnotationConfigSource = "kubernetes.io/config.source"
 	// AnnotationConfigHash is a static pod's UID, a hash of its manifest.
 	AnnotationConfigHash = "kubernetes.io/config.hash"
@@ -25,6 +25,7 @@ const (
 const (
 	SourceAPI  = "api"
 	SourceFile = "file"
+	SourceHTTP = "http"
 )
 
 // Priorities and priority classes (upstream's scheduling constants).

@@ -301,6 +301,8 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		ClusterDomain:         kc.ClusterDomain,
 		ResolvConf:            ptr.Deref(kc.ResolverConfig, ""),
 		MaxParallelImagePulls: maxPulls,
+		RegistryPullQPS:       float64(ptr.Deref(kc.RegistryPullQPS, 5)),
+		RegistryBurst:         int(kc.RegistryBurst),
 		CrashLoopBackOffMax:   crashMax,
 		Resources:             cg.resources,
 		CgroupParentFunc:      cg.cgroupParent,

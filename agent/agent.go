@@ -146,7 +146,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
 
 	// API clients: none in standalone mode.
-	var client, heartbeat, authClient kubernetes.Interface
+	var client, heartbeat, authClient, eventClient kubernetes.Interface
 	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
 		// TLS bootstrap (if needed) happens here; rotation runs in the run phase.
@@ -166,11 +166,14 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
 			return nil, err
 		}
+		if eventClient, err = newEventClient(credential.RESTConfig(), kc); err != nil {
+			return nil, err
+		}
 	} else {
 		logger.Info("No kubeconfig given: running in standalone mode (static pods only)", "staticPodPath", kc.StaticPodPath)
 	}
 
-	recorder, stopEvents := newRecorder(client, nodeName)
+	recorder, stopEvents := newRecorder(eventClient, nodeName)
 	a.addCloser("event broadcaster", func() error { stopEvents(); return nil })
 
 	// Built before the parts that read them and the managers that feed them (see above).

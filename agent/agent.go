@@ -126,6 +126,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		return nil, err
 	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
+	applyMaxOpenFiles(ctx, kc.MaxOpenFiles, processNoFile{})
 	for _, dir := range []string{opts.RootDir, podsDir(opts.RootDir), kc.PodLogsDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("creating directory %s: %w", dir, err)

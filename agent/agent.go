@@ -186,6 +186,11 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
 	health := newRuntimeHealth(rt, clk)
 
+	// podCIDR reaches the runtime from the config now, then from the Node's spec.
+	cidrs := &podCIDR{rt: rt}
+	if _, err := cidrs.update(ctx, kc.PodCIDR); err != nil {
+		logger.Error(err, "Pod CIDR update failed")
+	}
 	nodeCtl, err := node.New(client, heartbeat, node.Config{
 		NodeName: nodeName,
 		Hostname: hostname,
@@ -204,7 +209,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		}
 		return append(reasons, shuttingDown.notReady()...)
 	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
-		heartbeatReset(credential))
+		node.WithPodCIDRUpdater(cidrs.update), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}

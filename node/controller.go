@@ -113,6 +113,13 @@ func WithOnRepeatedHeartbeatFailure(f func()) Option {
 	return func(c *Controller) { c.onHeartbeatFailure = f }
 }
 
+// WithPodCIDRUpdater hands the Node's spec.podCIDRs (comma-joined), once the control
+// plane set them, to f on every status update, as upstream passes them to the runtime;
+// f says whether they changed, which forces a status patch.
+func WithPodCIDRUpdater(f func(ctx context.Context, cidrs string) (bool, error)) Option {
+	return func(c *Controller) { c.podCIDRs = f }
+}
+
 // Controller registers the Node and keeps its status and Lease fresh.
 type Controller struct {
 	client, heartbeat kubernetes.Interface
@@ -126,6 +133,7 @@ type Controller struct {
 	images             ImageLister
 	runtimeStatus      RuntimeStatuser
 	onHeartbeatFailure func()
+	podCIDRs           func(ctx context.Context, cidrs string) (bool, error)
 
 	machine               MachineInfo
 	machineSet            bool

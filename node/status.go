@@ -297,13 +297,19 @@ func (c *Controller) tryUpdateNodeStatus(ctx context.Context, try int) error {
 		}
 		return fmt.Errorf("getting node %q: %w", c.cfg.NodeName, err)
 	}
+	podCIDRChanged := false
+	if c.podCIDRs != nil && len(existing.Spec.PodCIDRs) > 0 {
+		if podCIDRChanged, err = c.podCIDRs(ctx, strings.Join(existing.Spec.PodCIDRs, ",")); err != nil {
+			klog.ErrorS(err, "Error updating pod CIDR", "node", c.cfg.NodeName)
+		}
+	}
 	updated := existing.DeepCopy()
 	events := c.setNodeStatus(ctx, updated)
 
 	c.mu.Lock()
 	sinceReport := c.clk.Since(c.lastReport)
 	c.mu.Unlock()
-	if !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
+	if !podCIDRChanged && !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
 		c.setNode(existing)
 		return nil
 	}

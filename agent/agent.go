@@ -125,6 +125,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if err := checkCgroupVersion(cgroupMode, ptr.Deref(kc.FailCgroupV1, false)); err != nil {
 		return nil, err
 	}
+	if err := setUpKernelTunables(ctx, procSysDir, kc.ProtectKernelDefaults); err != nil {
+		return nil, err
+	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
 	applyMaxOpenFiles(ctx, kc.MaxOpenFiles, processNoFile{})
 	for _, dir := range []string{opts.RootDir, podsDir(opts.RootDir), kc.PodLogsDir} {

@@ -444,6 +444,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	add(&rest, "serving certificate", func(ctx context.Context) { serving.Run(ctx, recorder) })
 	add(&rest, "PLEG", gpleg.Start)
 	add(&rest, "runtime health", health.run)
+	if ipt := newIPTablesUtilFromConfig(ctx, kc.MakeIPTablesUtilChains, clk); ipt != nil {
+		add(&rest, "iptables util chains", ipt.run)
+	}
 	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
 	add(&rest, "node controller", nodeCtl.Run)
 	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })

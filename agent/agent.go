@@ -189,6 +189,10 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
 	health := newRuntimeHealth(rt, clk)
 
+	external, err := externalCloudProvider(opts.CloudProvider)
+	if err != nil {
+		return nil, err
+	}
 	// podCIDR reaches the runtime from the config now, then from the Node's spec.
 	cidrs := &podCIDR{rt: rt}
 	if _, err := cidrs.update(ctx, kc.PodCIDR); err != nil {
@@ -202,6 +206,8 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		Kubelet:  kc,
 		RootDir:  opts.RootDir,
 		Version:  Version,
+
+		ExternalCloudProvider: external,
 	}, rt, func() []string {
 		var reasons []string
 		if err := health.err(); err != nil {

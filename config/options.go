@@ -42,6 +42,9 @@ type Options struct {
 	// it to pin the sandbox image.
 	PodInfraContainerImage string
 	ShowVersion            bool
+	// CloudProvider is --cloud-provider: "" or "external" (the in-tree providers
+	// are gone upstream).
+	CloudProvider string
 }
 
 // flagValues holds what the command line said before it is known which

@@ -56,6 +56,9 @@ type Config struct {
 	Kubelet *kubeletconfigv1beta1.KubeletConfiguration
 	RootDir string // its filesystem sizes ephemeral-storage
 	Version string // nodeInfo.kubeletVersion
+	// ExternalCloudProvider is --cloud-provider=external: the Node registers with the
+	// uninitialized taint and leaves its addresses to the cloud controller manager.
+	ExternalCloudProvider bool
 }
 
 // Runtime is the part of the CRI runtime service the controller uses.

@@ -55,10 +55,14 @@ func (c *Controller) setNodeStatus(ctx context.Context, node *v1.Node) []conditi
 	now := metav1.NewTime(c.clk.Now())
 	st := &node.Status
 
-	if addrs, err := c.nodeAddresses(); err != nil {
-		klog.ErrorS(err, "Unable to determine node addresses; keeping the previous ones", "node", c.cfg.NodeName)
-	} else {
-		st.Addresses = addrs
+	c.setCloudProviderMeta(node)
+	// With --cloud-provider=external, addresses once set are the cloud controller manager's.
+	if !c.addressesFromCloud(st) {
+		if addrs, err := c.nodeAddresses(); err != nil {
+			klog.ErrorS(err, "Unable to determine node addresses; keeping the previous ones", "node", c.cfg.NodeName)
+		} else {
+			st.Addresses = addrs
+		}
 	}
 
 	c.setResources(st)
@@ -309,7 +313,8 @@ func (c *Controller) tryUpdateNodeStatus(ctx context.Context, try int) error {
 	c.mu.Lock()
 	sinceReport := c.clk.Since(c.lastReport)
 	c.mu.Unlock()
-	if !podCIDRChanged && !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
+	metaChanged := existing.Annotations[AnnotationProvidedNodeIP] != updated.Annotations[AnnotationProvidedNodeIP]
+	if !podCIDRChanged && !metaChanged && !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
 		c.setNode(existing)
 		return nil
 	}

@@ -251,6 +251,10 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if cg.systemd != nil {
 		a.addCloser("systemd D-Bus connection", func() error { cg.Close(); return nil })
 	}
+	placement, err := newCgroupPlacement(kc.KubeletCgroups, kc.SystemCgroups, kc.CgroupRoot, cgroupMode, cgroupfsRoot, "/proc", os.Getpid(), clk)
+	if err != nil {
+		return nil, err
+	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
 	var qos *qosCgroups
@@ -450,6 +454,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	add(&rest, "serving certificate", func(ctx context.Context) { serving.Run(ctx, recorder) })
 	add(&rest, "PLEG", gpleg.Start)
 	add(&rest, "runtime health", health.run)
+	if placement != nil {
+		add(&rest, "kubeletCgroups and systemCgroups", placement.run)
+	}
 	if ipt := newIPTablesUtilFromConfig(ctx, kc.MakeIPTablesUtilChains, clk); ipt != nil {
 		add(&rest, "iptables util chains", ipt.run)
 	}

@@ -371,7 +371,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		return nil, err
 	}
 
-	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, rt, loop.ActivePods, clk)
+	selfCgroup, _ := os.ReadFile("/proc/self/cgroup")
+	sysContainers := summarySystemContainers(kc.KubeletCgroups, opts.RuntimeCgroups, kc.SystemCgroups, string(selfCgroup), cgroupMode)
+	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, clk)
 	evictions, err := newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()

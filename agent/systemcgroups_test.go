@@ -165,6 +165,24 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 		}
 	})
 
+	t.Run("the summary's system containers", func(t *testing.T) {
+		v1Self := "12:memory:/system.slice/nodelet.service\n4:cpu,cpuacct:/system.slice/nodelet.service\n0::/\n"
+		for _, tc := range []struct {
+			kubelet, runtime, system, self string
+			mode                           cgroups.Mode
+			want                           systemContainerCgroups
+		}{
+			{kubelet: "/nodelet.slice", runtime: "/system.slice/containerd.service", system: "/system.slice", mode: cgroups.ModeV2,
+				want: systemContainerCgroups{kubelet: "/nodelet.slice", runtime: "/system.slice/containerd.service", misc: "/system.slice"}},
+			{self: "0::/system.slice/nodelet.service\n", mode: cgroups.ModeV2, want: systemContainerCgroups{kubelet: "/system.slice/nodelet.service"}},
+			{self: v1Self, mode: cgroups.ModeHybrid, want: systemContainerCgroups{kubelet: "/system.slice/nodelet.service"}},
+		} {
+			if got := summarySystemContainers(tc.kubelet, tc.runtime, tc.system, tc.self, tc.mode); got != tc.want {
+				t.Errorf("%+v: got %+v, want %+v", tc, got, tc.want)
+			}
+		}
+	})
+
 	t.Run("configuration checks", func(t *testing.T) {
 		for _, tc := range []struct {
 			kubelet, system, root string

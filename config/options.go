@@ -45,6 +45,9 @@ type Options struct {
 	// CloudProvider is --cloud-provider: "" or "external" (the in-tree providers
 	// are gone upstream).
 	CloudProvider string
+	// RuntimeCgroups is --runtime-cgroups: the container runtime's cgroup, reported
+	// as the summary's "runtime" system container (upstream no longer moves it).
+	RuntimeCgroups string
 }
 
 // flagValues holds what the command line said before it is known which

@@ -130,7 +130,11 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if err := checkCgroupVersion(cgroupMode, ptr.Deref(kc.FailCgroupV1, false)); err != nil {
 		return nil, err
 	}
+	if err := setUpKernelTunables(ctx, procSysDir, kc.ProtectKernelDefaults); err != nil {
+		return nil, err
+	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)
+	applyMaxOpenFiles(ctx, kc.MaxOpenFiles, processNoFile{})
 	for _, dir := range []string{opts.RootDir, podsDir(opts.RootDir), kc.PodLogsDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
@@ -151,7 +155,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	logger.Info("Connected to the container runtime", "runtime", ver.RuntimeName, "runtimeVersion", ver.RuntimeVersion, "criVersion", ver.RuntimeApiVersion)
 
 	// API clients: none in standalone mode.
-	var client, heartbeat, authClient kubernetes.Interface
+	var client, heartbeat, authClient, eventClient kubernetes.Interface
 	var credential *certificate.Client
 	if opts.Kubeconfig != "" {
 		// TLS bootstrap (if needed) happens here; rotation runs in the run phase.
@@ -171,11 +175,14 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
 			return nil, err
 		}
+		if eventClient, err = newEventClient(credential.RESTConfig(), kc); err != nil {
+			return nil, err
+		}
 	} else {
 		logger.Info("No kubeconfig given: running in standalone mode (static pods only)", "staticPodPath", kc.StaticPodPath)
 	}
 
-	recorder, stopEvents := newRecorder(client, nodeName)
+	recorder, stopEvents := newRecorder(eventClient, nodeName)
 	a.addCloser("event broadcaster", func() error { stopEvents(); return nil })
 
 	// Built before the parts that read them and the managers that feed them (see above).
@@ -187,6 +194,15 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
 	health := newRuntimeHealth(rt, clk)
 
+	external, err := externalCloudProvider(opts.CloudProvider)
+	if err != nil {
+		return nil, err
+	}
+	// podCIDR reaches the runtime from the config now, then from the Node's spec.
+	cidrs := &podCIDR{rt: rt}
+	if _, err := cidrs.update(ctx, kc.PodCIDR); err != nil {
+		logger.Error(err, "Pod CIDR update failed")
+	}
 	nodeCtl, err := node.New(client, heartbeat, node.Config{
 		NodeName: nodeName,
 		Hostname: hostname,
@@ -195,6 +211,8 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		Kubelet:  kc,
 		RootDir:  opts.RootDir,
 		Version:  Version,
+
+		ExternalCloudProvider: external,
 	}, rt, func() []string {
 		var reasons []string
 		if err := health.err(); err != nil {
@@ -205,7 +223,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		}
 		return append(reasons, shuttingDown.notReady()...)
 	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
-		heartbeatReset(credential))
+		node.WithPodCIDRUpdater(cidrs.update), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
@@ -237,6 +255,10 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	}
 	if cg.systemd != nil {
 		a.addCloser("systemd D-Bus connection", func() error { cg.Close(); return nil })
+	}
+	placement, err := newCgroupPlacement(kc.KubeletCgroups, kc.SystemCgroups, kc.CgroupRoot, cgroupMode, cgroupfsRoot, "/proc", os.Getpid(), clk)
+	if err != nil {
+		return nil, err
 	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
@@ -309,6 +331,8 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		ClusterDomain:         kc.ClusterDomain,
 		ResolvConf:            ptr.Deref(kc.ResolverConfig, ""),
 		MaxParallelImagePulls: maxPulls,
+		RegistryPullQPS:       float64(ptr.Deref(kc.RegistryPullQPS, 5)),
+		RegistryBurst:         int(kc.RegistryBurst),
 		CrashLoopBackOffMax:   crashMax,
 		Resources:             cg.resources,
 		CgroupParentFunc:      cg.cgroupParent,
@@ -355,7 +379,9 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 		return nil, err
 	}
 
-	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, rt, loop.ActivePods, clk)
+	selfCgroup, _ := os.ReadFile("/proc/self/cgroup")
+	sysContainers := summarySystemContainers(kc.KubeletCgroups, opts.RuntimeCgroups, kc.SystemCgroups, string(selfCgroup), cgroupMode)
+	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, clk)
 	evictions, err := newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()
@@ -445,6 +471,12 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	add(&rest, "serving certificate", func(ctx context.Context) { serving.Run(ctx, recorder) })
 	add(&rest, "PLEG", gpleg.Start)
 	add(&rest, "runtime health", health.run)
+	if placement != nil {
+		add(&rest, "kubeletCgroups and systemCgroups", placement.run)
+	}
+	if ipt := newIPTablesUtilFromConfig(ctx, kc.MakeIPTablesUtilChains, clk); ipt != nil {
+		add(&rest, "iptables util chains", ipt.run)
+	}
 	// Run registers the Node first (unless registerNode is false), then reports status and renews the Lease.
 	add(&rest, "node controller", nodeCtl.Run)
 	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })

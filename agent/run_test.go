@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +148,12 @@ func testOptions(t *testing.T, endpoint string) *config.Options {
 	kc.FailCgroupV1 = ptr.To(false) // whatever the test machine has
 	kc.CgroupsPerQOS = ptr.To(false)
 	kc.OOMScoreAdj = ptr.To(int32(oom)) // the test process's own: unchanged
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	kc.MaxOpenFiles = int64(nofile.Max)       // Go already raised the soft limit to it: unchanged
+	kc.MakeIPTablesUtilChains = ptr.To(false) // the host's firewall: untouched
 	kc.PodLogsDir = t.TempDir()
 	kc.StaticPodPath = manifests
 	kc.Address = "127.0.0.1"

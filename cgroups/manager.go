@@ -221,14 +221,19 @@ func (m *Manager) primaryDir(fsPath string) string {
 
 // paths are the cgroup's directories: one per mounted v1 hierarchy, or one on v2.
 func (m *Manager) paths(name CgroupName) []string {
-	fsPath := m.FsPath(name)
-	if m.opts.Mode == ModeV2 {
-		return []string{filepath.Join(m.opts.Root, fsPath)}
+	return Dirs(m.opts.Root, m.opts.Mode, m.FsPath(name))
+}
+
+// Dirs are the directories of the cgroup at fsPath under root (normally
+// /sys/fs/cgroup): one on v2, one per mounted v1 hierarchy.
+func Dirs(root string, mode Mode, fsPath string) []string {
+	if mode == ModeV2 {
+		return []string{filepath.Join(root, fsPath)}
 	}
 	var out []string
 	seen := map[string]bool{}
 	for _, h := range v1Hierarchies {
-		base := filepath.Join(m.opts.Root, h)
+		base := filepath.Join(root, h)
 		if !isDir(base) {
 			continue
 		}

@@ -50,8 +50,8 @@ type Options struct {
 	// CloudProvider is --cloud-provider: "" or "external" (upstream removed
 	// the in-tree providers, so Load refuses any other value).
 	CloudProvider string
-	// RuntimeCgroups is --runtime-cgroups. Load refuses a non-empty value
-	// while moving the runtime into a cgroup is not built.
+	// RuntimeCgroups is --runtime-cgroups: the container runtime's cgroup, reported
+	// as the summary's "runtime" system container (upstream no longer moves it).
 	RuntimeCgroups string
 	// ContainerGC is the container GC policy of the deprecated flags; nil
 	// means upstream's defaults. Load always sets it.
@@ -114,7 +114,6 @@ func refusedFlags() []refusedFlag {
 	return []refusedFlag{
 		{"image-credential-provider-config", credentialProviders},
 		{"image-credential-provider-bin-dir", credentialProviders},
-		{"runtime-cgroups", "moving the container runtime into a cgroup is not built into nodelet; configure the runtime's cgroup in its own systemd unit (e.g. Slice= for containerd.service)"},
 		{"lock-file", "the kubelet lock file is not built into nodelet"},
 		{"exit-on-lock-contention", "the kubelet lock file is not built into nodelet"},
 		{"experimental-mounter-path", "a custom mounter binary is not built into nodelet (upstream deprecated it in favour of CSI)"},
@@ -145,7 +144,7 @@ func newFlagSet(f *flagValues, kc *kubeletconfigv1beta1.KubeletConfiguration) *p
 	fs.StringVar(&o.CloudProvider, "cloud-provider", "", "The provider for cloud services. Set to empty string for running with no cloud provider. Set to 'external' for running with an external cloud provider.")
 	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", "", "Specified image will not be pruned by the image garbage collector.")
 	_ = fs.MarkDeprecated("pod-infra-container-image", "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.")
-	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "Optional absolute name of cgroups to create and run the runtime in. Not built into nodelet: refused unless empty.")
+	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "Optional absolute name of the container runtime's cgroup, reported as the \"runtime\" system container in the stats summary.")
 	fs.StringVar(&f.credentialProviderConfig, "image-credential-provider-config", "", "Path to a credential provider plugin config file or directory. Not built into nodelet: refused unless empty.")
 	fs.StringVar(&f.credentialProviderBinDir, "image-credential-provider-bin-dir", "", "The path to the directory where credential provider plugin binaries are located. Not built into nodelet: refused unless empty.")
 	fs.StringVar(&f.lockFile, "lock-file", "", "<Warning: Alpha feature> The path to file for kubelet to use as a lock file. Not built into nodelet: refused unless empty.")

@@ -56,6 +56,9 @@ type Config struct {
 	Kubelet *kubeletconfigv1beta1.KubeletConfiguration
 	RootDir string // its filesystem sizes ephemeral-storage
 	Version string // nodeInfo.kubeletVersion
+	// ExternalCloudProvider is --cloud-provider=external: the Node registers with the
+	// uninitialized taint and leaves its addresses to the cloud controller manager.
+	ExternalCloudProvider bool
 }
 
 // Runtime is the part of the CRI runtime service the controller uses.
@@ -113,6 +116,13 @@ func WithOnRepeatedHeartbeatFailure(f func()) Option {
 	return func(c *Controller) { c.onHeartbeatFailure = f }
 }
 
+// WithPodCIDRUpdater hands the Node's spec.podCIDRs (comma-joined), once the control
+// plane set them, to f on every status update, as upstream passes them to the runtime;
+// f says whether they changed, which forces a status patch.
+func WithPodCIDRUpdater(f func(ctx context.Context, cidrs string) (bool, error)) Option {
+	return func(c *Controller) { c.podCIDRs = f }
+}
+
 // Controller registers the Node and keeps its status and Lease fresh.
 type Controller struct {
 	client, heartbeat kubernetes.Interface
@@ -126,6 +136,7 @@ type Controller struct {
 	images             ImageLister
 	runtimeStatus      RuntimeStatuser
 	onHeartbeatFailure func()
+	podCIDRs           func(ctx context.Context, cidrs string) (bool, error)
 
 	machine               MachineInfo
 	machineSet            bool

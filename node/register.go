@@ -60,6 +60,10 @@ func (c *Controller) initialNode(ctx context.Context) (*v1.Node, []conditionEven
 	for _, t := range c.taints {
 		n.Spec.Taints = append(n.Spec.Taints, *t.DeepCopy())
 	}
+	if c.cfg.ExternalCloudProvider {
+		// The cloud controller manager removes it once it has initialised the Node.
+		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
+	}
 	events := c.setNodeStatus(ctx, n)
 	return n, events
 }

@@ -55,10 +55,14 @@ func (c *Controller) setNodeStatus(ctx context.Context, node *v1.Node) []conditi
 	now := metav1.NewTime(c.clk.Now())
 	st := &node.Status
 
-	if addrs, err := c.nodeAddresses(); err != nil {
-		klog.ErrorS(err, "Unable to determine node addresses; keeping the previous ones", "node", c.cfg.NodeName)
-	} else {
-		st.Addresses = addrs
+	c.setCloudProviderMeta(node)
+	// With --cloud-provider=external, addresses once set are the cloud controller manager's.
+	if !c.addressesFromCloud(st) {
+		if addrs, err := c.nodeAddresses(); err != nil {
+			klog.ErrorS(err, "Unable to determine node addresses; keeping the previous ones", "node", c.cfg.NodeName)
+		} else {
+			st.Addresses = addrs
+		}
 	}
 
 	c.setResources(st)
@@ -297,13 +301,20 @@ func (c *Controller) tryUpdateNodeStatus(ctx context.Context, try int) error {
 		}
 		return fmt.Errorf("getting node %q: %w", c.cfg.NodeName, err)
 	}
+	podCIDRChanged := false
+	if c.podCIDRs != nil && len(existing.Spec.PodCIDRs) > 0 {
+		if podCIDRChanged, err = c.podCIDRs(ctx, strings.Join(existing.Spec.PodCIDRs, ",")); err != nil {
+			klog.ErrorS(err, "Error updating pod CIDR", "node", c.cfg.NodeName)
+		}
+	}
 	updated := existing.DeepCopy()
 	events := c.setNodeStatus(ctx, updated)
 
 	c.mu.Lock()
 	sinceReport := c.clk.Since(c.lastReport)
 	c.mu.Unlock()
-	if !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
+	metaChanged := existing.Annotations[AnnotationProvidedNodeIP] != updated.Annotations[AnnotationProvidedNodeIP]
+	if !podCIDRChanged && !metaChanged && !statusChanged(&existing.Status, &updated.Status) && sinceReport < c.reportFrequency {
 		c.setNode(existing)
 		return nil
 	}

@@ -449,6 +449,11 @@ func (m *Manager) neverPull(pod *v1.Pod, c *v1.Container) (string, *podstatus.Wa
 // does, returning the aggregate of their errors when all fail. It says which
 // credential pulled (nil: anonymous).
 func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.ImageSpec, creds []trackedAuth, sbCfg *runtimeapi.PodSandboxConfig) (string, *trackedAuth, error) {
+	// One token per image pull, whatever the number of credentials tried; upstream
+	// does not wait for a token but fails the pull, which then backs off.
+	if m.pullLimiter != nil && !m.pullLimiter.TryAccept() {
+		return "", nil, errPullQPSExceeded
+	}
 	if len(creds) == 0 {
 		ref, err := m.img.PullImage(ctx, spec, nil, sbCfg)
 		return ref, nil, err

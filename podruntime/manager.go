@@ -77,6 +77,11 @@ type Config struct {
 	ResolvConf    string
 	// MaxParallelImagePulls bounds concurrent pulls; 1 means serialized pulls.
 	MaxParallelImagePulls int
+	// RegistryPullQPS and RegistryBurst are registryPullQPS/registryBurst: a token
+	// bucket over image pulls; a pull finding it empty fails with "pull QPS exceeded"
+	// (and backs off), as upstream. 0 QPS means no limit.
+	RegistryPullQPS float64
+	RegistryBurst   int
 	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
 	CgroupParentFunc func(pod *v1.Pod) string
 	// CrashLoopBackOffMax caps the restart back-off (default 5m).
@@ -130,6 +135,7 @@ type Manager struct {
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
 	pullSlots    chan struct{}
+	pullLimiter  flowcontrol.RateLimiter // nil: registryPullQPS 0, no limit
 }
 
 // New returns a Manager. recorder may be a record.FakeRecorder or one that drops events.
@@ -149,7 +155,20 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
+		pullLimiter:  newPullLimiter(cfg.RegistryPullQPS, cfg.RegistryBurst, clk),
 	}
+}
+
+// errPullQPSExceeded is upstream's words for a pull refused by registryPullQPS.
+var errPullQPSExceeded = errors.New("pull QPS exceeded")
+
+// newPullLimiter is the registryPullQPS/registryBurst token bucket; nil for 0 QPS
+// (no limit, as upstream). A burst below 1 would refuse every pull, so it is 1.
+func newPullLimiter(qps float64, burst int, clk clock.Clock) flowcontrol.RateLimiter {
+	if qps <= 0 {
+		return nil
+	}
+	return flowcontrol.NewTokenBucketRateLimiterWithClock(float32(qps), max(burst, 1), clk)
 }
 
 // Result tells the caller how the sync went.

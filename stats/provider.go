@@ -47,6 +47,10 @@ type Config struct {
 	// "/kubepods.slice" with the systemd driver), "" when there is none (cgroupsPerQOS
 	// false).
 	PodsCgroup string
+	// KubeletCgroup, RuntimeCgroup and MiscCgroup are the paths of nodelet's own
+	// cgroup, runtimeCgroups and systemCgroups: the "kubelet", "runtime" and "misc"
+	// system containers of the summary, each left out when "", as upstream.
+	KubeletCgroup, RuntimeCgroup, MiscCgroup string
 	// PodCgroup returns a pod's path in the cgroup filesystem, or "" when unknown.
 	PodCgroup func(pod *v1.Pod) string
 }
@@ -125,6 +129,18 @@ func (p *Provider) Snapshot(ctx context.Context) (*Snapshot, error) {
 			Name:      statsapi.SystemContainerPods,
 			StartTime: ns.StartTime,
 			Memory:    p.cgroupMemory(p.cfg.PodsCgroup, mt),
+		})
+	}
+	for _, sc := range []struct{ name, cgroup string }{
+		{statsapi.SystemContainerKubelet, p.cfg.KubeletCgroup},
+		{statsapi.SystemContainerRuntime, p.cfg.RuntimeCgroup},
+		{statsapi.SystemContainerMisc, p.cfg.MiscCgroup},
+	} {
+		if sc.cgroup == "" {
+			continue
+		}
+		ns.SystemContainers = append(ns.SystemContainers, statsapi.ContainerStats{
+			Name: sc.name, StartTime: ns.StartTime, Memory: p.cgroupMemory(sc.cgroup, mt),
 		})
 	}
 	snap := &Snapshot{Summary: &statsapi.Summary{Node: ns}}

@@ -69,6 +69,7 @@ type Runtime struct {
 	subscribers map[chan *runtimeapi.ContainerEventResponse]struct{}
 	nextIP      int
 	lastTime    int64
+	podCIDR     string
 }
 
 type fakeSandbox struct {
@@ -834,8 +835,18 @@ func (f *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (
 	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: code}, nil
 }
 
-func (f *Runtime) UpdateRuntimeConfig(_ context.Context, _ *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+func (f *Runtime) UpdateRuntimeConfig(_ context.Context, req *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.podCIDR = req.GetRuntimeConfig().GetNetworkConfig().GetPodCidr()
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+// PodCIDR is the pod CIDR the last UpdateRuntimeConfig set ("" before any).
+func (f *Runtime) PodCIDR() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.podCIDR
 }
 
 func (f *Runtime) Status(_ context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {

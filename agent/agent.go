@@ -56,7 +56,7 @@ var errStoppedEarly = errors.New("stopped before nodelet was built")
 // Run runs nodelet until ctx is done: build makes every part, fully wired, and run
 // runs them (see agent.run for the stop order).
 func Run(ctx context.Context, opts *config.Options) error {
-	a, err := build(ctx, opts)
+	a, err := build(ctx, opts, hostPaths{procSys: procSysDir})
 	if errors.Is(err, errStoppedEarly) {
 		return nil
 	}
@@ -87,7 +87,14 @@ func Run(ctx context.Context, opts *config.Options) error {
 //     answered from the loop in the run phase.
 //   - prober → status manager (pod statuses) is no cycle any more: the status manager
 //     is built before the prober (it needed the loop before).
-func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
+//
+// hostPaths are the host files build writes outside the root dir; tests point them at
+// temp dirs so that building an agent never changes the test machine's kernel.
+type hostPaths struct {
+	procSys string // /proc/sys: the kernel tunables of protectKernelDefaults
+}
+
+func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent, err error) {
 	kc := opts.Config
 	clk := clock.RealClock{}
 	logger := klog.FromContext(ctx)
@@ -130,7 +137,7 @@ func build(ctx context.Context, opts *config.Options) (_ *agent, err error) {
 	if err := checkCgroupVersion(cgroupMode, ptr.Deref(kc.FailCgroupV1, false)); err != nil {
 		return nil, err
 	}
-	if err := setUpKernelTunables(ctx, procSysDir, kc.ProtectKernelDefaults); err != nil {
+	if err := setUpKernelTunables(ctx, host.procSys, kc.ProtectKernelDefaults); err != nil {
 		return nil, err
 	}
 	applyOOMScoreAdj(ctx, kc.OOMScoreAdj)

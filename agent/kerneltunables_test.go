@@ -30,22 +30,7 @@ func TestProtectKernelDefaults(t *testing.T) {
 		"kernel/keys/root_maxkeys":  200,
 		"kernel/keys/root_maxbytes": 20000,
 	}
-	write := func(t *testing.T, vals map[string]int, skip string) string {
-		root := t.TempDir()
-		for name, v := range vals {
-			if name == skip {
-				continue
-			}
-			p := filepath.Join(root, name)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, []byte(strconv.Itoa(v)+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return root
-	}
+	write := tempProcSys
 	read := func(t *testing.T, root string) map[string]int {
 		out := map[string]int{}
 		for name := range upstream {
@@ -114,4 +99,24 @@ func TestProtectKernelDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tempProcSys writes vals (tunable name → value) as a /proc/sys tree in a temp dir,
+// leaving out skip.
+func tempProcSys(t *testing.T, vals map[string]int, skip string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, v := range vals {
+		if name == skip {
+			continue
+		}
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(strconv.Itoa(v)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }

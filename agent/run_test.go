@@ -218,7 +218,13 @@ func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, err := build(ctx, opts)
+	// A temp /proc/sys with upstream's values: the test never writes the host's kernel.
+	want := map[string]int{}
+	for _, kt := range kernelTunables() {
+		want[kt.name] = kt.want
+	}
+	procSys := tempProcSys(t, want, "")
+	a, err := build(ctx, opts, hostPaths{procSys: procSys})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,13 @@ func Run(ctx context.Context, opts *config.Options) error {
 	return nil
 }
 
+
+// hostPaths are the host files build writes outside the root dir; tests point them at
+// temp dirs so that building an agent never changes the test machine's kernel.
+type hostPaths struct {
+	procSys string // /proc/sys: the kernel tunables of protectKernelDefaults
+}
+
 // build makes every part of nodelet from opts, each one complete when it is handed
 // to another: nothing is filled in later. The parts' goroutines start in run, except
 // those a library starts on construction and the part's closer stops (the logind
@@ -87,13 +94,6 @@ func Run(ctx context.Context, opts *config.Options) error {
 //     answered from the loop in the run phase.
 //   - prober → status manager (pod statuses) is no cycle any more: the status manager
 //     is built before the prober (it needed the loop before).
-//
-// hostPaths are the host files build writes outside the root dir; tests point them at
-// temp dirs so that building an agent never changes the test machine's kernel.
-type hostPaths struct {
-	procSys string // /proc/sys: the kernel tunables of protectKernelDefaults
-}
-
 func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent, err error) {
 	kc := opts.Config
 	clk := clock.RealClock{}

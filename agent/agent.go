@@ -67,7 +67,6 @@ func Run(ctx context.Context, opts *config.Options) error {
 	return nil
 }
 
-
 // hostPaths are the host files build writes outside the root dir; tests point them at
 // temp dirs so that building an agent never changes the test machine's kernel.
 type hostPaths struct {

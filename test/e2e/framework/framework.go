@@ -31,6 +31,9 @@ type Framework struct {
 
 	mu       sync.Mutex
 	nodelets []*Nodelet
+	// lastStart is when a nodelet of this test last started: a Ready condition
+	// heartbeated before it is a previous test's (or process's), not this one's.
+	lastStart time.Time
 }
 
 // checkNodelets is a *StopError when a nodelet this test started has exited without being
@@ -181,7 +184,8 @@ func (f *Framework) WaitForPodGone(ctx context.Context, ns, name string, timeout
 	}
 }
 
-// WaitForNodeReady waits until the rig's Node exists with condition Ready=True.
+// WaitForNodeReady waits until the rig's Node exists with condition Ready=True, heartbeated
+// by the nodelet this test started last (not a stale one left by an earlier test).
 func (f *Framework) WaitForNodeReady(ctx context.Context, timeout time.Duration) *v1.Node {
 	f.T.Helper()
 	var node *v1.Node
@@ -191,9 +195,12 @@ func (f *Framework) WaitForNodeReady(ctx context.Context, timeout time.Duration)
 			return false, err
 		}
 		node = n
+		f.mu.Lock()
+		since := f.lastStart.Truncate(time.Second) // heartbeats have second precision
+		f.mu.Unlock()
 		for _, c := range n.Status.Conditions {
 			if c.Type == v1.NodeReady {
-				return c.Status == v1.ConditionTrue, nil
+				return c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since), nil
 			}
 		}
 		return false, nil

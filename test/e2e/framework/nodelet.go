@@ -258,7 +258,11 @@ func (n *Nodelet) start() error {
 	if err != nil {
 		return fmt.Errorf("opening nodelet log: %w", err)
 	}
-	fmt.Fprintf(logf, "=== %s framework: starting %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), n.Bin, strings.Join(n.Args, " "))
+	startedAt := time.Now()
+	n.f.mu.Lock()
+	n.f.lastStart = startedAt
+	n.f.mu.Unlock()
+	fmt.Fprintf(logf, "=== %s framework: starting %s %s\n", startedAt.UTC().Format(time.RFC3339Nano), n.Bin, strings.Join(n.Args, " "))
 	cmd := exec.Command(n.Bin, n.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), n.opts.Env...)

@@ -42,6 +42,10 @@ type Options struct {
 	// it to pin the sandbox image.
 	PodInfraContainerImage string
 	ShowVersion            bool
+	// DecodeWarnings are the unknown and duplicate fields of --config and the
+	// --config-dir drop-ins, which upstream's lenient decoding tolerates and
+	// logs; nodelet logs them at start.
+	DecodeWarnings []DecodeWarning
 }
 
 // flagValues holds what the command line said before it is known which
@@ -190,7 +194,7 @@ func Load(args []string) (*Options, error) {
 	var kc *kubeletconfigv1beta1.KubeletConfiguration
 	if opts.ConfigFile != "" {
 		var err error
-		if kc, err = loadConfigFile(opts.ConfigFile); err != nil {
+		if kc, opts.DecodeWarnings, err = loadConfigFile(opts.ConfigFile); err != nil {
 			return nil, err
 		}
 	} else {
@@ -201,9 +205,11 @@ func Load(args []string) (*Options, error) {
 	}
 	if opts.ConfigDir != "" {
 		var err error
-		if kc, err = mergeConfigDir(kc, opts.ConfigDir); err != nil {
+		var warnings []DecodeWarning
+		if kc, warnings, err = mergeConfigDir(kc, opts.ConfigDir); err != nil {
 			return nil, err
 		}
+		opts.DecodeWarnings = append(opts.DecodeWarnings, warnings...)
 	}
 	// Flags win over the file and the drop-ins (upstream #56171).
 	for _, kf := range kcFlags {

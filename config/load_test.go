@@ -353,7 +353,7 @@ shutdownGracePeriodByPodPriority:
   - priority: 3
     shutdownGracePeriodSeconds: 30
 featureGates:
-  DisableKubeletCloudCredentialProviders: true
+  ContextualLogging: true
   PodAndContainerStatsFromCRI: true
 `)
 	writeFile(t, dropins, "20-kubelet.conf", header+`
@@ -406,7 +406,7 @@ cpuManagerReconcilePeriod: 0s
 			{Priority: 1, ShutdownGracePeriodSeconds: 60}, {Priority: 2, ShutdownGracePeriodSeconds: 45},
 		}},
 		{"featureGates merged", kc.FeatureGates, map[string]bool{
-			"DisableKubeletCloudCredentialProviders": true, "PodAndContainerStatsFromCRI": false, "DynamicResourceAllocation": true,
+			"ContextualLogging": true, "PodAndContainerStatsFromCRI": false, "DynamicResourceAllocation": true,
 		}},
 		{"explicit zero kept", kc.CPUManagerReconcilePeriod.Duration, time.Duration(0)},
 		{"true default not clobbered", kc.CPUCFSQuotaPeriod.Duration, 100 * time.Millisecond},

@@ -56,6 +56,12 @@ var errStoppedEarly = errors.New("stopped before nodelet was built")
 // Run runs nodelet until ctx is done: build makes every part, fully wired, and run
 // runs them (see agent.run for the stop order).
 func Run(ctx context.Context, opts *config.Options) error {
+	// Logging first, as the kubelet: the format and verbosity apply to every
+	// line after this one.
+	if err := config.ApplyLogging(opts.Config, nil); err != nil {
+		return err
+	}
+	logConfigWarnings(opts)
 	a, err := build(ctx, opts, hostPaths{procSys: procSysDir})
 	if errors.Is(err, errStoppedEarly) {
 		return nil
@@ -65,6 +71,32 @@ func Run(ctx context.Context, opts *config.Options) error {
 	}
 	a.run(ctx)
 	return nil
+}
+
+// imagePullSlots is how many image pulls may run at once: one while
+// serializeImagePulls is on, else maxParallelImagePulls (unset: effectively
+// unbounded, as upstream).
+func imagePullSlots(kc *kubeletconfigv1beta1.KubeletConfiguration) int {
+	if kc.SerializeImagePulls == nil || *kc.SerializeImagePulls {
+		return 1
+	}
+	if kc.MaxParallelImagePulls != nil && *kc.MaxParallelImagePulls >= 1 {
+		return int(*kc.MaxParallelImagePulls)
+	}
+	return 64
+}
+
+// logConfigWarnings logs what the configuration files and feature gates
+// carry that upstream tolerates with a warning.
+func logConfigWarnings(opts *config.Options) {
+	for _, w := range opts.DecodeWarnings {
+		klog.InfoS("Using lenient decoding as strict decoding failed", "path", w.File, "field", w.Field, "err", w.Detail)
+	}
+	if gates, err := config.FeatureGates(opts.Config); err == nil {
+		for _, w := range gates.Warnings {
+			klog.InfoS(w)
+		}
+	}
 }
 
 // hostPaths are the host files build writes outside the root dir; tests point them at
@@ -288,16 +320,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
 	envSrc := newEnvSources(client, objects)
 
-	maxPulls := 1
-	if kc.SerializeImagePulls != nil && !*kc.SerializeImagePulls {
-		maxPulls = 0 // unbounded unless maxParallelImagePulls says otherwise
-		if kc.MaxParallelImagePulls != nil {
-			maxPulls = int(*kc.MaxParallelImagePulls)
-		}
-		if maxPulls < 1 {
-			maxPulls = 64
-		}
-	}
+	maxPulls := imagePullSlots(kc)
 	var crashMax time.Duration
 	if kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
 		crashMax = kc.CrashLoopBackOff.MaxContainerRestartPeriod.Duration

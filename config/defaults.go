@@ -211,6 +211,12 @@ func setDerivedDefaults(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	if kc.ImageServiceEndpoint == "" {
 		kc.ImageServiceEndpoint = kc.ContainerRuntimeEndpoint
 	}
+	// Flags-only mode leaves evictionHard unset until the drop-ins are
+	// merged (see setLegacyDefaults). Upstream then runs with no hard
+	// thresholds at all; nodelet keeps the documented defaults instead.
+	if kc.EvictionHard == nil {
+		kc.EvictionHard = DefaultEvictionHard()
+	}
 	mergeDefaultEviction(kc)
 }
 
@@ -238,4 +244,8 @@ func setLegacyDefaults(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	kc.Authentication.Webhook.Enabled = ptr.To(false)
 	kc.Authorization.Mode = kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow
 	kc.ReadOnlyPort = legacyReadOnlyPort
+	// Upstream defaults evictionHard only when it loads --config, so in
+	// flags-only mode a --config-dir drop-in's evictionHard (k3s writes one)
+	// is taken whole instead of merged key by key into the defaults.
+	kc.EvictionHard = nil
 }

@@ -190,7 +190,7 @@ func TestUpstreamFlags(t *testing.T) {
 				}
 				checkOnlyTarget(t, uf, changedPaths(t, base, kc))
 				// With --config: the second parse wins over the file.
-				fileKC, err := loadConfigFile(cfgFile)
+				fileKC, _, err := loadConfigFile(cfgFile)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -305,24 +305,24 @@ func TestLoadDeprecationWarnings(t *testing.T) {
 }
 
 func TestLoadFeatureGatesFlag(t *testing.T) {
-	kc := mustLoad(t, "--feature-gates=A=true,B=false", "--feature-gates", "C=true").Config
-	if want := map[string]bool{"A": true, "B": false, "C": true}; !reflect.DeepEqual(kc.FeatureGates, want) {
+	kc := mustLoad(t, "--feature-gates=LoggingAlphaOptions=true,ContextualLogging=false", "--feature-gates", "LoggingBetaOptions=true").Config
+	if want := map[string]bool{"LoggingAlphaOptions": true, "ContextualLogging": false, "LoggingBetaOptions": true}; !reflect.DeepEqual(kc.FeatureGates, want) {
 		t.Errorf("featureGates = %v, want %v", kc.FeatureGates, want)
 	}
 	// Gates from the file that the flag does not name are kept; the flag
 	// wins for the ones it names (upstream's kubeletConfigFlagPrecedence).
 	dir := t.TempDir()
-	cfg := writeFile(t, dir, "config.yaml", header+"featureGates:\n  A: true\n  B: false\n")
-	writeFile(t, filepath.Join(dir, "d"), "10.conf", header+"featureGates:\n  D: true\n")
-	kc = mustLoad(t, "--config", cfg, "--config-dir", filepath.Join(dir, "d"), "--feature-gates=B=true,C=true").Config
-	if want := map[string]bool{"A": true, "B": true, "C": true, "D": true}; !reflect.DeepEqual(kc.FeatureGates, want) {
+	cfg := writeFile(t, dir, "config.yaml", header+"featureGates:\n  LoggingAlphaOptions: true\n  ContextualLogging: false\n")
+	writeFile(t, filepath.Join(dir, "d"), "10.conf", header+"featureGates:\n  ContainerRestartRules: true\n")
+	kc = mustLoad(t, "--config", cfg, "--config-dir", filepath.Join(dir, "d"), "--feature-gates=ContextualLogging=true,LoggingBetaOptions=true").Config
+	if want := map[string]bool{"LoggingAlphaOptions": true, "ContextualLogging": true, "LoggingBetaOptions": true, "ContainerRestartRules": true}; !reflect.DeepEqual(kc.FeatureGates, want) {
 		t.Errorf("featureGates = %v, want %v", kc.FeatureGates, want)
 	}
 	kc = mustLoad(t, "--config", cfg).Config
-	if want := map[string]bool{"A": true, "B": false}; !reflect.DeepEqual(kc.FeatureGates, want) {
+	if want := map[string]bool{"LoggingAlphaOptions": true, "ContextualLogging": false}; !reflect.DeepEqual(kc.FeatureGates, want) {
 		t.Errorf("featureGates without the flag = %v, want the file's %v", kc.FeatureGates, want)
 	}
-	for _, bad := range []string{"--feature-gates=A", "--feature-gates=A=maybe"} {
+	for _, bad := range []string{"--feature-gates=LoggingAlphaOptions", "--feature-gates=LoggingAlphaOptions=maybe"} {
 		if _, err := Load([]string{bad}); err == nil || !strings.Contains(err.Error(), "feature-gates") {
 			t.Errorf("Load(%s) = %v, want an error naming --feature-gates", bad, err)
 		}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -229,11 +230,7 @@ func TestLoadDecodeErrors(t *testing.T) {
 		name, doc string
 		want      []string
 	}{
-		{"unknown top-level field", header + "fooBar: 1\n", []string{"fooBar: unknown field"}},
-		{"unknown nested field", header + "authentication:\n  webhook:\n    enabld: true\n", []string{"authentication.webhook.enabld: unknown field"}},
-		{"field names are case-sensitive", header + "SyncFrequency: 1m\n", []string{"SyncFrequency: unknown field"}},
-		{"several unknown fields reported together", header + "a: 1\nb: 2\n", []string{"a: unknown field", "b: unknown field"}},
-		{"duplicate field", header + "port: 1\nport: 2\n", []string{`"port" already set`}},
+		{"bad value beside an unknown field", header + "fooBar: 1\nmaxPods: lots\n", []string{"maxPods: cannot use string value"}},
 		{"bad duration", header + "syncFrequency: 10x\n", []string{"syncFrequency:", `duration "10x"`}},
 		{"bad nested duration", header + "authorization:\n  webhook:\n    cacheAuthorizedTTL: soon\n", []string{"authorization.webhook.cacheAuthorizedTTL:"}},
 		{"bad type", header + "maxPods: lots\n", []string{"maxPods: cannot use string value"}},
@@ -356,7 +353,7 @@ shutdownGracePeriodByPodPriority:
   - priority: 3
     shutdownGracePeriodSeconds: 30
 featureGates:
-  DisableKubeletCloudCredentialProviders: true
+  ContextualLogging: true
   PodAndContainerStatsFromCRI: true
 `)
 	writeFile(t, dropins, "20-kubelet.conf", header+`
@@ -409,7 +406,7 @@ cpuManagerReconcilePeriod: 0s
 			{Priority: 1, ShutdownGracePeriodSeconds: 60}, {Priority: 2, ShutdownGracePeriodSeconds: 45},
 		}},
 		{"featureGates merged", kc.FeatureGates, map[string]bool{
-			"DisableKubeletCloudCredentialProviders": true, "PodAndContainerStatsFromCRI": false, "DynamicResourceAllocation": true,
+			"ContextualLogging": true, "PodAndContainerStatsFromCRI": false, "DynamicResourceAllocation": true,
 		}},
 		{"explicit zero kept", kc.CPUManagerReconcilePeriod.Duration, time.Duration(0)},
 		{"true default not clobbered", kc.CPUCFSQuotaPeriod.Duration, 100 * time.Millisecond},
@@ -430,11 +427,11 @@ func TestLoadConfigDirErrors(t *testing.T) {
 		files map[string]string
 		want  string
 	}{
-		{"unknown field names the drop-in", map[string]string{"10-a.conf": header + "bogus: 1\n"}, "10-a.conf"},
+		{"bad value names the drop-in", map[string]string{"10-a.conf": header + "maxPods: lots\n"}, "10-a.conf"},
 		{"drop-in needs its kind", map[string]string{"10-a.conf": "port: 1\n"}, "apiVersion: is missing"},
 		{"bad duration", map[string]string{"10-a.conf": header + "syncFrequency: 10x\n"}, "syncFrequency:"},
 		{"merged result is validated", map[string]string{"10-a.conf": header + "imageGCLowThresholdPercent: 90\n"}, "imageGCLowThresholdPercent: must be less than imageGCHighThresholdPercent (85)"},
-		{"subdirectories are walked", map[string]string{"sub/10-a.conf": header + "bogus: 1\n"}, "sub/10-a.conf"},
+		{"subdirectories are walked", map[string]string{"sub/10-a.conf": header + "maxPods: lots\n"}, "sub/10-a.conf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -691,4 +688,85 @@ func sortedPairs(m map[string]string) []string {
 		out = append(out, k+"="+m[k])
 	}
 	return out
+}
+
+// TestLoadDecodeWarnings: upstream decodes v1beta1 leniently, logging what
+// strict decoding refused; unknown fields are ignored (also a known field in
+// the wrong case) and the last of duplicate fields wins.
+func TestLoadDecodeWarnings(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      []string // "field: detail" prefixes, in order
+		check     func(*kubeletconfigv1beta1.KubeletConfiguration) string
+	}{
+		{name: "unknown top-level field", doc: header + "fooBar: 1\n", want: []string{"fooBar: unknown field"}},
+		{name: "unknown nested field", doc: header + "authentication:\n  webhook:\n    enabld: false\n", want: []string{"authentication.webhook.enabld: unknown field"},
+			check: func(kc *kubeletconfigv1beta1.KubeletConfiguration) string {
+				if !*kc.Authentication.Webhook.Enabled {
+					return "the misspelt field took effect"
+				}
+				return ""
+			}},
+		{name: "field names are case-sensitive", doc: header + "SyncFrequency: 5m\n", want: []string{"SyncFrequency: unknown field"},
+			check: func(kc *kubeletconfigv1beta1.KubeletConfiguration) string {
+				if kc.SyncFrequency.Duration != time.Minute {
+					return fmt.Sprintf("syncFrequency = %s, want the default 1m: upstream ignores a field in the wrong case", kc.SyncFrequency.Duration)
+				}
+				return ""
+			}},
+		{name: "several unknown fields reported together", doc: header + "a: 1\nb: 2\n", want: []string{"a: unknown field", "b: unknown field"}},
+		{name: "unknown field in a list element", doc: header + "registerWithTaints:\n- key: a\n  effect: NoSchedule\n  colour: red\n", want: []string{"registerWithTaints[0].colour: unknown field"}},
+		{name: "duplicate field, last wins", doc: header + "maxPods: 10\nmaxPods: 20\n", want: []string{"maxPods: duplicate field"},
+			check: func(kc *kubeletconfigv1beta1.KubeletConfiguration) string {
+				if kc.MaxPods != 20 {
+					return fmt.Sprintf("maxPods = %d, want the last value 20", kc.MaxPods)
+				}
+				return ""
+			}},
+		{name: "a clean file has no warnings", doc: header + "maxPods: 10\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "config.yaml", tc.doc)
+			o, err := Load([]string{"--config=" + p})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if len(o.DecodeWarnings) != len(tc.want) {
+				t.Fatalf("warnings %v, want %d: %q", o.DecodeWarnings, len(tc.want), tc.want)
+			}
+			for i, w := range o.DecodeWarnings {
+				if w.File != p {
+					t.Errorf("warning %d names file %q, want %q", i, w.File, p)
+				}
+				if got := w.Field + ": " + w.Detail; !strings.HasPrefix(got, tc.want[i]) {
+					t.Errorf("warning %d = %q, want prefix %q", i, got, tc.want[i])
+				}
+			}
+			if tc.check != nil {
+				if msg := tc.check(o.Config); msg != "" {
+					t.Error(msg)
+				}
+			}
+		})
+	}
+	t.Run("drop-ins", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := writeFile(t, dir, "config.yaml", header+"bogusA: 1\n")
+		drop := writeFile(t, filepath.Join(dir, "d", "sub"), "10-a.conf", header+"bogusB: 1\nport: 10251\n")
+		o, err := Load([]string{"--config", cfg, "--config-dir", filepath.Join(dir, "d")})
+		if err != nil {
+			t.Fatalf("Load: %v", err)
+		}
+		want := []DecodeWarning{
+			{File: cfg, Field: "bogusA", Detail: "unknown field, ignored"},
+			{File: drop, Field: "bogusB", Detail: "unknown field, ignored"},
+		}
+		if !reflect.DeepEqual(o.DecodeWarnings, want) {
+			t.Errorf("warnings %v, want %v", o.DecodeWarnings, want)
+		}
+		if o.Config.Port != 10251 {
+			t.Errorf("the drop-in's known fields must still apply: port = %d", o.Config.Port)
+		}
+	})
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// Warnings are upstream's deprecation notices for the flags given
 	// ("Flag --X has been deprecated, ..."); Load also logs them.
 	Warnings []string
+	// DecodeWarnings are the unknown and duplicate fields of --config and the
+	// --config-dir drop-ins, which upstream's lenient decoding tolerates and
+	// logs; nodelet logs them at start.
+	DecodeWarnings []DecodeWarning
 }
 
 // ContainerGCFlags is the container GC policy, which upstream still takes
@@ -352,15 +356,17 @@ func Load(args []string) (*Options, error) {
 
 	if opts.ConfigFile != "" {
 		var err error
-		if kc, err = loadConfigFile(opts.ConfigFile); err != nil {
+		if kc, opts.DecodeWarnings, err = loadConfigFile(opts.ConfigFile); err != nil {
 			return nil, err
 		}
 	}
 	if opts.ConfigDir != "" {
 		var err error
-		if kc, err = mergeConfigDir(kc, opts.ConfigDir); err != nil {
+		var warnings []DecodeWarning
+		if kc, warnings, err = mergeConfigDir(kc, opts.ConfigDir); err != nil {
 			return nil, err
 		}
+		opts.DecodeWarnings = append(opts.DecodeWarnings, warnings...)
 	}
 	if opts.ConfigFile != "" || opts.ConfigDir != "" {
 		// Flags win over the file and the drop-ins (upstream #56171).

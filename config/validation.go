@@ -56,9 +56,16 @@ func Validate(kc *kubeletconfigv1beta1.KubeletConfiguration) error {
 	v.taints(kc.RegisterWithTaints)
 	v.enums(kc)
 	v.tls(kc)
-	for _, e := range logsapi.Validate(&kc.Logging, nil, field.NewPath("logging")) {
+	gates, err := FeatureGates(kc)
+	if err != nil {
+		v.errs = append(v.errs, err)
+	}
+	for _, e := range logsapi.Validate(&kc.Logging, gates.logging(), field.NewPath("logging")) {
 		v.add(e.Field, "%s", e.ErrorBody())
 	}
+	// Fields whose feature nodelet does not build, set to something else
+	// than their default: refused by name rather than silently ignored.
+	v.errs = append(v.errs, refuseUnbuilt(kc)...)
 	return errors.Join(v.errs...)
 }
 

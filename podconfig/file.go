@@ -40,7 +40,12 @@ func (c *Config) RunFileSource(ctx context.Context, path string, period time.Dur
 		period = DefaultFileCheckFrequency
 	}
 	c.registerSource(podutil.SourceFile)
-	c.readFileSource(ctx, path)
+	c.poll(ctx, period, func() { c.readFileSource(ctx, path) })
+}
+
+// poll runs check now and then period after each run ends, until ctx is done.
+func (c *Config) poll(ctx context.Context, period time.Duration, check func()) {
+	check()
 	t := c.clk.NewTimer(period)
 	defer t.Stop()
 	for {
@@ -48,7 +53,7 @@ func (c *Config) RunFileSource(ctx context.Context, path string, period time.Dur
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			c.readFileSource(ctx, path)
+			check()
 			t.Reset(period)
 		}
 	}

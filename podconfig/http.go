@@ -55,18 +55,7 @@ func (c *Config) RunHTTPSource(ctx context.Context, url string, header http.Head
 	c.registerSource(podutil.SourceHTTP)
 	s := &httpSource{url: url, header: header, client: &http.Client{Timeout: httpFetchTimeout}}
 	klog.FromContext(ctx).V(1).Info("Watching URL for static pods", "url", url)
-	c.checkHTTPSource(ctx, s)
-	t := c.clk.NewTimer(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			c.checkHTTPSource(ctx, s)
-			t.Reset(period)
-		}
-	}
+	c.poll(ctx, period, func() { c.checkHTTPSource(ctx, s) })
 }
 
 // httpSource is the HTTP source's state between checks (owned by its goroutine).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,5 +37,19 @@ func TestEnableServerFalse(t *testing.T) {
 	if conn, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
 		conn.Close()
 		t.Fatalf("%s accepts connections with enableServer: false", addr)
+	}
+}
+
+// TestUnknownFeatureGateRefused: --feature-gates with a gate the kubelet does not know
+// stops nodelet at start with an error naming the gate, as upstream, instead of running
+// with the gate silently ignored.
+func TestUnknownFeatureGateRefused(t *testing.T) {
+	f := framework.New(t)
+	n := f.StartNodelet(framework.NodeletOptions{ExtraArgs: []string{"--feature-gates=Bogus=true"}})
+	if err := n.WaitExit(time.Minute); err == nil {
+		t.Fatal("nodelet started with --feature-gates=Bogus=true")
+	}
+	if logs := n.Logs(); !strings.Contains(logs, "Bogus") || !strings.Contains(logs, "unrecognized feature gate") {
+		t.Errorf("the start-up error does not name the gate:\n%s", logs)
 	}
 }

@@ -54,13 +54,9 @@ const maxWaitForContainerRuntime = 30 * time.Second
 var errStoppedEarly = errors.New("stopped before nodelet was built")
 
 // Run runs nodelet until ctx is done: build makes every part, fully wired, and run
-// runs them (see agent.run for the stop order).
+// runs them (see agent.run for the stop order). The caller has applied opts' logging
+// configuration (config.ApplyLogging).
 func Run(ctx context.Context, opts *config.Options) error {
-	// Logging first, as the kubelet: the format and verbosity apply to every
-	// line after this one.
-	if err := config.ApplyLogging(opts.Config, nil); err != nil {
-		return err
-	}
 	logConfigWarnings(opts)
 	a, err := build(ctx, opts, hostPaths{procSys: procSysDir})
 	if errors.Is(err, errStoppedEarly) {

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	// The kubelet offers the json log format (beta, LoggingBetaOptions);
 	// registering it makes logging.format: json valid.
@@ -21,9 +20,6 @@ func ApplyLogging(kc *kubeletconfigv1beta1.KubeletConfiguration, streams *logsap
 	gates, err := FeatureGates(kc)
 	if err != nil {
 		return err
-	}
-	if errs := logsapi.Validate(&kc.Logging, gates.logging(), field.NewPath("logging")); len(errs) > 0 {
-		return fmt.Errorf("applying the logging configuration: %w", errs.ToAggregate())
 	}
 	if err := logsapi.ValidateAndApplyWithOptions(&kc.Logging, streams, gates.logging()); err != nil {
 		return fmt.Errorf("applying the logging configuration: %w", err)

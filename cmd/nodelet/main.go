@@ -4,20 +4,17 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/version"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/agent"
@@ -50,7 +47,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printVersion(stdout, opts.VersionRaw)
 		return 0
 	}
-	applyVerbosity(opts.Config.Logging)
+	// Logging first, as the kubelet: the format, verbosity and vmodule apply to every
+	// line after this one, for the daemon and for `shutdown plan` alike.
+	if err := config.ApplyLogging(opts.Config, nil); err != nil {
+		fmt.Fprintf(stderr, "nodelet: %v\n", err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if plan {
@@ -105,15 +107,4 @@ func versionInfo() version.Info {
 		}
 	}
 	return info
-}
-
-// applyVerbosity hands -v / logging.verbosity and --vmodule to klog, which
-// nodelet logs through.
-func applyVerbosity(c logsapi.LoggingConfiguration) {
-	var fs flag.FlagSet
-	klog.InitFlags(&fs)
-	_ = fs.Set("v", strconv.FormatUint(uint64(c.Verbosity), 10))
-	if vm := logsapi.VModuleConfigurationPflag(&c.VModule).String(); vm != "" {
-		_ = fs.Set("vmodule", vm)
-	}
 }

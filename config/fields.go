@@ -256,26 +256,36 @@ func fieldByPath(v reflect.Value, path string) (reflect.Value, bool) {
 		if !ok {
 			return reflect.Value{}, false
 		}
-		v = v.FieldByIndex(idx)
+		f, err := v.FieldByIndexErr(idx) // a nil inlined pointer has no fields
+		if err != nil {
+			return reflect.Value{}, false
+		}
+		v = f
 	}
 	return v, true
 }
 
-// jsonFieldIndex maps the JSON names of t's exported fields (inlined structs
-// flattened) to their field indexes.
+// jsonFieldIndex maps the JSON names of t's exported fields (inlined structs,
+// or pointers to them, flattened) to their field indexes.
 func jsonFieldIndex(t reflect.Type) map[string][]int {
 	out := map[string][]int{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
+		if name == "-" && opts == "" {
 			continue
 		}
-		if name == "" && (f.Anonymous || strings.Contains(","+opts+",", ",inline,")) && f.Type.Kind() == reflect.Struct {
-			for k, sub := range jsonFieldIndex(f.Type) {
-				out[k] = append([]int{i}, sub...)
+		if name == "" && (f.Anonymous || strings.Contains(","+opts+",", ",inline,")) {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
 			}
-			continue
+			if ft.Kind() == reflect.Struct {
+				for k, sub := range jsonFieldIndex(ft) {
+					out[k] = append([]int{i}, sub...)
+				}
+				continue
+			}
 		}
 		if !f.IsExported() {
 			continue

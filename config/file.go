@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -336,32 +335,8 @@ func checkDecode(v any, t reflect.Type, path string) []error {
 // to their types.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" && opts == "" {
-			continue
-		}
-		if f.Anonymous && name == "" || strings.Contains(","+opts+",", ",inline,") && name == "" {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				for k, v := range jsonFields(ft) {
-					out[k] = v
-				}
-				continue
-			}
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = f.Type
+	for name, idx := range jsonFieldIndex(t) {
+		out[name] = t.FieldByIndex(idx).Type
 	}
 	return out
 }

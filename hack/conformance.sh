@@ -93,6 +93,9 @@ stop_all() {
 		for _ in $(seq 1 60); do kill -0 "$AGENT_PID" 2>/dev/null || break; sleep 0.5; done
 		kill -KILL "$AGENT_PID" 2>/dev/null || true
 	fi
+	# The runtime's and control plane's logs explain a failed spec as often as the agent's
+	# does; the next rig up --fresh deletes them.
+	if [[ -d "${RIG_DIR:-}/logs" ]]; then cp -r "$RIG_DIR/logs" "$OUT/rig-logs" 2>/dev/null || true; fi
 	if [[ "${KEEP_RIG:-0}" != 1 ]]; then
 		bash test/rig/down.sh >&2 || true
 	fi

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -48,7 +50,7 @@ func FuzzLoad(f *testing.F) {
 		// configuration: defaulting is idempotent and encoding loses nothing.
 		kc := opts.Config.DeepCopy()
 		kc.APIVersion, kc.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), kubeletConfigKind
-		out, err := json.Marshal(kc)
+		out, err := marshalKeepingEmpty(kc)
 		if err != nil {
 			t.Fatalf("encoding the accepted configuration: %v", err)
 		}
@@ -64,4 +66,32 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("the accepted configuration changes when loaded again:\nfirst  %s\nsecond %s", out, second)
 		}
 	})
+}
+
+// marshalKeepingEmpty encodes kc and writes out the top-level maps and lists
+// that are empty but set: the upstream type's omitempty tags drop them, yet
+// `evictionHard: {}` (no hard thresholds) and `enforceNodeAllocatable: []`
+// (enforce nothing) differ from unset, which takes the defaults.
+func marshalKeepingEmpty(kc *kubeletconfigv1beta1.KubeletConfiguration) ([]byte, error) {
+	out, err := json.Marshal(kc)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(out, &fields); err != nil {
+		return nil, err
+	}
+	v := reflect.ValueOf(kc).Elem()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		f := v.Field(i)
+		switch {
+		case name == "" || name == "-":
+		case f.Kind() == reflect.Map && !f.IsNil() && f.Len() == 0:
+			fields[name] = json.RawMessage("{}")
+		case f.Kind() == reflect.Slice && !f.IsNil() && f.Len() == 0:
+			fields[name] = json.RawMessage("[]")
+		}
+	}
+	return json.Marshal(fields)
 }

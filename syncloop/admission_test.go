@@ -17,6 +17,23 @@ import (
 	"github.com/nodelet/nodelet/podruntime"
 )
 
+// add hands pods to the loop as a source's additions.
+func (r *rig) add(source string, pods ...*v1.Pod) {
+	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: pods, Source: source}
+}
+
+// waitRejected waits for pod to be refused at admission with reason.
+func (r *rig) waitRejected(t *testing.T, pod *v1.Pod, reason string) v1.PodStatus {
+	t.Helper()
+	var s v1.PodStatus
+	eventually.True(t, pod.Name+" to be rejected with "+reason, func() bool {
+		var ok bool
+		s, ok = r.status.GetPodStatus(pod.UID)
+		return ok && s.Phase == v1.PodFailed && s.Reason == reason
+	})
+	return s
+}
+
 // drainEvents returns the events the recorder holds.
 func (r *rig) drainEvents() []string {
 	var out []string
@@ -38,14 +55,14 @@ func TestCriticalPodPreemptsOnAdmission(t *testing.T) {
 	r.ready()
 	victim := newPod("uid-victim", "victim")
 	victim.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("3Gi")}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{victim}, Source: "api"}
+	r.add("api", victim)
 	eventually.True(t, "the victim to run", func() bool { return running(r.containers(t, "uid-victim")) == 1 })
 
 	critical := newPod("uid-critical", "critical")
 	critical.Annotations = map[string]string{podutil.AnnotationConfigSource: podutil.SourceFile}
 	critical.Spec.PriorityClassName = podutil.SystemNodeCritical
 	critical.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("2Gi")}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{critical}, Source: "file"}
+	r.add("file", critical)
 
 	eventually.True(t, "the critical pod to run", func() bool { return running(r.containers(t, "uid-critical")) == 1 })
 	if n := running(r.containers(t, "uid-victim")); n != 0 {
@@ -77,17 +94,15 @@ func TestCriticalPodWithoutVictimsIsRejected(t *testing.T) {
 	r := newRig(t, nil)
 	r.ready()
 	other := newPod("uid-other", "other")
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{other}, Source: "api"}
+	r.add("api", other)
 	eventually.True(t, "the other pod to run", func() bool { return running(r.containers(t, "uid-other")) == 1 })
 	critical := newPod("uid-critical", "critical")
 	critical.Annotations = map[string]string{podutil.AnnotationConfigSource: podutil.SourceFile}
 	critical.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("5Gi")}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{critical}, Source: "file"}
-	eventually.True(t, "the critical pod to be rejected", func() bool {
-		s, ok := r.status.GetPodStatus(critical.UID)
-		return ok && s.Phase == v1.PodFailed && s.Reason == "UnexpectedAdmissionError" &&
-			strings.Contains(s.Message, "no set of running pods found to reclaim resources: [(res: memory, q: 1073741824), ]")
-	})
+	r.add("file", critical)
+	if s := r.waitRejected(t, critical, "UnexpectedAdmissionError"); !strings.Contains(s.Message, "no set of running pods found to reclaim resources: [(res: memory, q: 1073741824), ]") {
+		t.Errorf("message = %q", s.Message)
+	}
 	if running(r.containers(t, "uid-other")) != 1 {
 		t.Error("a pod was stopped although stopping it could not make room")
 	}
@@ -123,16 +138,13 @@ func TestAdmissionReadsTheNodeAgainForNodeAffinity(t *testing.T) {
 	r.ready()
 	pod := newPod("uid-ssd", "ssd")
 	pod.Spec.NodeSelector = map[string]string{"disk": "ssd"}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	r.add("api", pod)
 	eventually.True(t, "the pod to run", func() bool { return running(r.containers(t, "uid-ssd")) == 1 })
 
 	other := newPod("uid-nvme", "nvme")
 	other.Spec.NodeSelector = map[string]string{"disk": "nvme"}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{other}, Source: "api"}
-	eventually.True(t, "the pod to be rejected", func() bool {
-		s, ok := r.status.GetPodStatus(other.UID)
-		return ok && s.Phase == v1.PodFailed && s.Reason == "NodeAffinity"
-	})
+	r.add("api", other)
+	r.waitRejected(t, other, "NodeAffinity")
 	nodes.mu.Lock()
 	defer nodes.mu.Unlock()
 	if nodes.freshReads != 2 {
@@ -162,13 +174,10 @@ func TestAdmittersOrder(t *testing.T) {
 	}
 	want := map[*v1.Pod]string{huge("uid-p", "pressure"): "Evicted", huge("uid-h", "huge"): "OutOfcpu", newPod("uid-s", "small"): "NodeShutdown"}
 	for p := range want {
-		r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{p}, Source: "api"}
+		r.add("api", p)
 	}
 	for p, reason := range want {
-		eventually.True(t, p.Name+" to be rejected with "+reason, func() bool {
-			s, ok := r.status.GetPodStatus(p.UID)
-			return ok && s.Phase == v1.PodFailed && s.Reason == reason
-		})
+		r.waitRejected(t, p, reason)
 	}
 	for label, n := range map[string]float64{"Evicted": 1, "OutOfcpu": 1, "NodeShutdown": 1} {
 		if got := testutil.ToFloat64(r.loop.metrics.admissionRejections.WithLabelValues(label)); got != n {

@@ -12,6 +12,19 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// checkRejection fails t unless r refuses with reason and message ("": admitted).
+func checkRejection(t *testing.T, r *Rejection, reason, message string) {
+	t.Helper()
+	switch {
+	case reason == "" && r != nil:
+		t.Fatalf("rejected: %+v", *r)
+	case reason != "" && r == nil:
+		t.Fatalf("admitted, want %s", reason)
+	case r != nil && (r.Reason != reason || r.Message != message):
+		t.Errorf("rejection = %q %q, want %q %q", r.Reason, r.Message, reason, message)
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	allow, err := NewSysctlAllowlist(append(SafeSysctls("6.18.44"), "kernel.msgmax", "fs.mqueue.*"))
 	if err != nil {
@@ -105,15 +118,7 @@ func TestAdmit(t *testing.T) {
 			if tt.node != nil {
 				n = *tt.node
 			}
-			r := Admit(tt.pod, tt.admitted, n)
-			switch {
-			case tt.reason == "" && r != nil:
-				t.Fatalf("rejected: %+v", *r)
-			case tt.reason != "" && r == nil:
-				t.Fatalf("admitted, want %s", tt.reason)
-			case r != nil && (r.Reason != tt.reason || r.Message != tt.message):
-				t.Errorf("rejection = %q %q, want %q %q", r.Reason, r.Message, tt.reason, tt.message)
-			}
+			checkRejection(t, Admit(tt.pod, tt.admitted, n), tt.reason, tt.message)
 		})
 	}
 }
@@ -332,15 +337,7 @@ func TestAdmitPredicates(t *testing.T) {
 			if tt.node != nil {
 				tt.node(&n)
 			}
-			r := Admit(tt.pod, tt.admitted, n)
-			switch {
-			case tt.reason == "" && r != nil:
-				t.Fatalf("rejected: %+v", *r)
-			case tt.reason != "" && r == nil:
-				t.Fatalf("admitted, want %s", tt.reason)
-			case r != nil && (r.Reason != tt.reason || r.Message != tt.message):
-				t.Errorf("rejection = %q %q, want %q %q", r.Reason, r.Message, tt.reason, tt.message)
-			}
+			checkRejection(t, Admit(tt.pod, tt.admitted, n), tt.reason, tt.message)
 		})
 	}
 }

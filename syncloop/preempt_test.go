@@ -145,14 +145,7 @@ func TestDecideAdmission(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := DecideAdmission(tt.pod, tt.admitted, node)
-			switch {
-			case tt.reason == "" && a.Rejection != nil:
-				t.Fatalf("rejected: %+v", *a.Rejection)
-			case tt.reason != "" && a.Rejection == nil:
-				t.Fatalf("admitted (preempting %s), want %s", names(a.Preempt), tt.reason)
-			case a.Rejection != nil && (a.Rejection.Reason != tt.reason || a.Rejection.Message != tt.message):
-				t.Errorf("rejection = %q %q, want %q %q", a.Rejection.Reason, a.Rejection.Message, tt.reason, tt.message)
-			}
+			checkRejection(t, a.Rejection, tt.reason, tt.message)
 			if names(a.Preempt) != tt.preempt {
 				t.Errorf("preempt = %q, want %q", names(a.Preempt), tt.preempt)
 			}

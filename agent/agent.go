@@ -269,12 +269,6 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		f.HostIPs = hostIPs(nodeCtl.Node(), opts.NodeIPs)
 		return f
 	}
-	nodeLabels := func() map[string]string {
-		if n := nodeCtl.Node(); n != nil {
-			return n.Labels
-		}
-		return opts.NodeLabels
-	}
 
 	// serving.GetCertificate is the certificate source for the kubelet API's
 	// HTTPS server (tls.Config.GetCertificate).
@@ -378,12 +372,14 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		RuntimeName:   ver.RuntimeName,
 	}, syncloop.Deps{
 		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
-		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
+		Sources: pods, Node: nodeFacts, NodeObject: nodeCtl.AdmissionNode, Recorder: recorder, Clock: clk, Registerer: reg,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
-		Admitters:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
-		Sysctls:    sysctls,
-		Objects:    objects,
+		// Upstream's order: the eviction manager's handler first, node shutdown's last.
+		Admitters:      []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
+		AdmittersAfter: []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
+		Sysctls:        sysctls,
+		Objects:        objects,
 	})
 	a.synced = loop.Synced()
 

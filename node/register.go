@@ -42,6 +42,14 @@ func (c *Controller) defaultLabels() map[string]string {
 
 // initialNode is the Node this agent would create: labels, taints, providerID and status.
 func (c *Controller) initialNode(ctx context.Context) (*v1.Node, []conditionEvent) {
+	n := c.localNode()
+	events := c.setNodeStatus(ctx, n)
+	return n, events
+}
+
+// localNode is the Node this agent would create without its status: its name,
+// labels, taints and providerID.
+func (c *Controller) localNode() *v1.Node {
 	labels := map[string]string{}
 	for k, v := range c.cfg.Labels {
 		labels[k] = v
@@ -64,8 +72,31 @@ func (c *Controller) initialNode(ctx context.Context) (*v1.Node, []conditionEven
 		// The cloud controller manager removes it once it has initialised the Node.
 		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
 	}
-	events := c.setNodeStatus(ctx, n)
-	return n, events
+	return n
+}
+
+// AdmissionNode is the Node pod admission judges pods against (its labels,
+// taints, extended resources and runtime features), as upstream's admission
+// reads it: the last one seen from the API server, or, with fresh, one read
+// from it now (upstream's second look when only a pod's node affinity fails).
+// Before the Node is known (standalone, not registered yet) it is the Node
+// this agent would register, with the runtime's features as its only status.
+func (c *Controller) AdmissionNode(ctx context.Context, fresh bool) (*v1.Node, error) {
+	if fresh && c.client != nil {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading node %q: %w", c.cfg.NodeName, err)
+		}
+		return n, nil
+	}
+	if n := c.Node(); n != nil {
+		return n, nil
+	}
+	n := c.localNode()
+	if c.runtimeStatus != nil {
+		c.setRuntimeFeatures(ctx, &n.Status)
+	}
+	return n, nil
 }
 
 func (c *Controller) isRegistered() bool {

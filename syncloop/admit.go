@@ -7,6 +7,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/internal/podutil"
 )
@@ -18,7 +24,9 @@ type Rejection struct {
 }
 
 // PodRequests returns the resources the scheduler would count for pod: the larger
-// of the sum of app containers (plus sidecars) and the largest init container, plus overhead.
+// of the sum of app containers (plus sidecars) and the largest init container,
+// pod-level requests (PodLevelResources) in place of that for the resources they
+// name, plus overhead.
 func PodRequests(pod *v1.Pod) v1.ResourceList {
 	sum := v1.ResourceList{}
 	add := func(list v1.ResourceList, into v1.ResourceList) {
@@ -29,21 +37,28 @@ func PodRequests(pod *v1.Pod) v1.ResourceList {
 		}
 	}
 	for _, c := range pod.Spec.Containers {
-		add(requestsOf(&c), sum)
+		add(requestsOf(&c.Resources), sum)
 	}
 	sidecars := v1.ResourceList{}
 	for _, c := range pod.Spec.InitContainers {
 		if podutil.IsRestartableInitContainer(&c) {
-			add(requestsOf(&c), sidecars)
-			add(requestsOf(&c), sum)
+			add(requestsOf(&c.Resources), sidecars)
+			add(requestsOf(&c.Resources), sum)
 			continue
 		}
 		// A regular init container runs alongside the sidecars started before it.
 		need := v1.ResourceList{}
 		add(sidecars, need)
-		add(requestsOf(&c), need)
+		add(requestsOf(&c.Resources), need)
 		for k, q := range need {
 			if cur := sum[k]; q.Cmp(cur) > 0 {
+				sum[k] = q
+			}
+		}
+	}
+	if pod.Spec.Resources != nil {
+		for k, q := range requestsOf(pod.Spec.Resources) {
+			if resourcehelper.IsSupportedPodLevelResource(k) {
 				sum[k] = q
 			}
 		}
@@ -52,13 +67,14 @@ func PodRequests(pod *v1.Pod) v1.ResourceList {
 	return sum
 }
 
-// requestsOf returns a container's requests, defaulted from limits as the API does.
-func requestsOf(c *v1.Container) v1.ResourceList {
+// requestsOf returns the requests of a container (or of a pod's pod-level
+// resources), defaulted from limits as the API does.
+func requestsOf(r *v1.ResourceRequirements) v1.ResourceList {
 	out := v1.ResourceList{}
-	for k, q := range c.Resources.Limits {
+	for k, q := range r.Limits {
 		out[k] = q.DeepCopy()
 	}
-	for k, q := range c.Resources.Requests {
+	for k, q := range r.Requests {
 		out[k] = q.DeepCopy()
 	}
 	return out
@@ -66,79 +82,132 @@ func requestsOf(c *v1.Container) v1.ResourceList {
 
 // AdmitNode is what admission knows of the node.
 type AdmitNode struct {
+	// Name, Labels and Taints are the Node object's, as the scheduler saw them.
+	Name        string
 	Allocatable v1.ResourceList
 	Labels      map[string]string
+	Taints      []v1.Taint
+	// SupplementalGroupsPolicy: the runtime supports supplementalGroupsPolicy
+	// Strict (the Node's status.features).
+	SupplementalGroupsPolicy bool
 	// OS is the node's operating system (runtime.GOOS).
 	OS string
 	// Sysctls are the sysctls pods may set; nil allows none.
 	Sysctls *SysctlAllowlist
 }
 
-// Upstream's reasons and messages for a pod meant for another OS.
+// Upstream's reasons and messages for rejections no preemption can help with.
 const (
 	reasonOSLabel      = "PodOSSelectorNodeLabelDoesNotMatch"
 	messageOSLabel     = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
 	reasonOSField      = "PodOSNotSupported"
 	messageOSField     = "Failed to admit pod as the OS field doesn't match node OS"
-	reasonNodeAffinity = "NodeAffinity"
+	reasonSupplemental = "SupplementalGroupsPolicyNotSupported"
+	// reasonUnexpected is upstream's UnexpectedAdmissionError: here, a critical
+	// pod that no preemption can make room for.
+	reasonUnexpected = "UnexpectedAdmissionError"
 )
 
-// Admit checks that pod may run on the node next to the already admitted pods,
-// in upstream's order: its sysctls (SysctlForbidden), its OS (the
-// kubernetes.io/os pod label, then spec.os), then pod count and resources
-// (OutOfpods, OutOfcpu, OutOfmemory...), then the node selector (NodeAffinity).
+// The scheduler filters upstream's admission runs: a failure's reason is the
+// filter's name, its message "Predicate <name> failed: <reason>".
+const (
+	predicateNodeAffinity    = "NodeAffinity"
+	predicateNodeName        = "NodeName"
+	predicateNodePorts       = "NodePorts"
+	predicateTaintToleration = "TaintToleration"
+
+	unfitNodeAffinity = "node(s) didn't match Pod's node affinity/selector"
+	unfitNodeName     = "node(s) didn't match the requested node name"
+	unfitNodePorts    = "node(s) didn't have free ports for the requested pod ports"
+	unfitTaints       = "node(s) had taints that the pod didn't tolerate"
+)
+
+// unfit is one reason the pod does not fit the node: a scheduler filter that
+// failed, or a resource the node has too little of.
+type unfit struct {
+	predicate, why string
+	short          *shortage
+}
+
+func (u unfit) rejection() *Rejection {
+	if s := u.short; s != nil {
+		return &Rejection{
+			Reason:  "OutOf" + string(s.resource),
+			Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", s.resource, s.requested, s.used, s.capacity),
+		}
+	}
+	return &Rejection{Reason: u.predicate, Message: fmt.Sprintf("Predicate %s failed: %s", u.predicate, u.why)}
+}
+
+// shortage is a resource the pod requests more of than the node has free, in
+// the scheduler's units (millicores for cpu, else the quantity's value).
+type shortage struct {
+	resource                  v1.ResourceName
+	requested, used, capacity int64
+}
+
+// missing is how much more the node would need free for the pod to fit.
+func (s shortage) missing() int64 { return s.requested - (s.capacity - s.used) }
+
+// Admit checks that pod may run on the node next to the already admitted pods
+// (admitted: the running and terminating ones, pod itself not among them), in
+// upstream's order, and returns the first reason it may not: its sysctls
+// (SysctlForbidden), its OS (the kubernetes.io/os pod label, then spec.os),
+// supplementalGroupsPolicy Strict on a runtime without it, then the scheduler's
+// filters: pod count and resources (OutOfpods, OutOfcpu, OutOfmemory,
+// OutOfephemeral-storage, OutOf<extended resource>), node selector and required
+// node affinity (NodeAffinity), spec.nodeName (NodeName), host ports
+// (NodePorts), and, but for static pods, the node's NoExecute taints
+// (TaintToleration). It does not preempt: see DecideAdmission.
 func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
+	if rej, unfits := admissionChecks(pod, admitted, node); rej != nil {
+		return rej
+	} else if len(unfits) > 0 {
+		return unfits[0].rejection()
+	}
+	return nil
+}
+
+// admissionChecks returns the first rejection no preemption could help with, or
+// else every unfit the scheduler's filters find, in upstream's order.
+func admissionChecks(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) (*Rejection, []unfit) {
 	if r := admitSysctls(pod, node.Sysctls); r != nil {
-		return r
+		return r, nil
 	}
 	// Upstream compares the pod's label (not its node selector) with the node's OS.
 	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != node.OS {
-		return &Rejection{Reason: reasonOSLabel, Message: messageOSLabel}
+		return &Rejection{Reason: reasonOSLabel, Message: messageOSLabel}, nil
 	}
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != node.OS {
-		return &Rejection{Reason: reasonOSField, Message: messageOSField}
+		return &Rejection{Reason: reasonOSField, Message: messageOSField}, nil
 	}
-	allocatable := node.Allocatable
-	if max, ok := allocatable[v1.ResourcePods]; ok && int64(len(admitted))+1 > max.Value() {
-		return &Rejection{Reason: "OutOfpods", Message: fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(admitted), max.Value())}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil &&
+		*sc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict && !node.SupplementalGroupsPolicy {
+		return &Rejection{Reason: reasonSupplemental, Message: fmt.Sprintf("SupplementalGroupsPolicy=%s is not supported in this node", v1.SupplementalGroupsPolicyStrict)}, nil
 	}
-	used := v1.ResourceList{}
-	for _, p := range admitted {
-		for k, q := range PodRequests(p) {
-			cur := used[k]
-			cur.Add(q)
-			used[k] = cur
+	var unfits []unfit
+	for _, s := range resourceShortages(pod, admitted, node.Allocatable) {
+		unfits = append(unfits, unfit{short: &s})
+	}
+	if matches, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: node.Labels}}); !matches {
+		unfits = append(unfits, unfit{predicate: predicateNodeAffinity, why: unfitNodeAffinity})
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
+		unfits = append(unfits, unfit{predicate: predicateNodeName, why: unfitNodeName})
+	}
+	if hostPortsConflict(pod, admitted) {
+		unfits = append(unfits, unfit{predicate: predicateNodePorts, why: unfitNodePorts})
+	}
+	// Only NoExecute taints concern a node agent (the scheduler owns NoSchedule);
+	// static pods are the node's own and tolerate everything.
+	if !podutil.IsStaticPod(pod) {
+		noExecute := func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }
+		// Comparison operators (TaintTolerationComparisonOperators) are off, as nodelet lacks the gate.
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Taints, pod.Spec.Tolerations, noExecute, false); untolerated {
+			unfits = append(unfits, unfit{predicate: predicateTaintToleration, why: unfitTaints})
 		}
 	}
-	req := PodRequests(pod)
-	for _, name := range sortedResourceNames(req) {
-		q := req[name]
-		if q.IsZero() {
-			continue
-		}
-		capQ, ok := allocatable[name]
-		if !ok {
-			if isExtended(name) {
-				return &Rejection{Reason: "UnexpectedAdmissionError", Message: fmt.Sprintf("Allocate failed due to no resource %s on the node", name)}
-			}
-			continue
-		}
-		total := used[name].DeepCopy()
-		total.Add(q)
-		if total.Cmp(capQ) > 0 {
-			u := used[name]
-			return &Rejection{
-				Reason:  "OutOf" + string(name),
-				Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %s, used: %s, capacity: %s", name, quantityString(name, q), quantityString(name, u), quantityString(name, capQ)),
-			}
-		}
-	}
-	for k, v := range pod.Spec.NodeSelector {
-		if node.Labels[k] != v {
-			return &Rejection{Reason: reasonNodeAffinity, Message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
-		}
-	}
-	return nil
+	return nil, unfits
 }
 
 // admitSysctls refuses the pod's first sysctl the allowlist does not allow.
@@ -158,37 +227,172 @@ func admitSysctls(pod *v1.Pod, allow *SysctlAllowlist) *Rejection {
 	return nil
 }
 
-func isExtended(name v1.ResourceName) bool {
-	s := string(name)
-	return strings.Contains(s, "/") && !strings.HasPrefix(s, "kubernetes.io/")
-}
-
-func quantityString(name v1.ResourceName, q resource.Quantity) string {
-	if name == v1.ResourceCPU {
-		return fmt.Sprintf("%d", q.MilliValue())
+// resourceShortages is the scheduler's NodeResourcesFit over allocatable: the
+// pod count first, then cpu, memory, ephemeral-storage and the other countable
+// resources (extended, hugepages, kubernetes.io/ ones) in name order. An
+// extended resource the node does not advertise is not counted for the pod
+// (upstream leaves those to cluster-level resources and DRA).
+func resourceShortages(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceList) []shortage {
+	var out []shortage
+	// A node always advertises pods (maxPods); a test node without it has no limit.
+	if q, ok := allocatable[v1.ResourcePods]; ok && int64(len(admitted))+1 > q.Value() {
+		out = append(out, shortage{resource: v1.ResourcePods, requested: 1, used: int64(len(admitted)), capacity: q.Value()})
 	}
-	return fmt.Sprintf("%d", q.Value())
-}
-
-func sortedResourceNames(l v1.ResourceList) []v1.ResourceName {
-	order := []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}
-	var out []v1.ResourceName
-	seen := map[v1.ResourceName]bool{}
-	for _, n := range order {
-		if _, ok := l[n]; ok {
-			out = append(out, n)
-			seen[n] = true
+	req := fitRequests(pod)
+	for name := range req {
+		if _, advertised := allocatable[name]; !advertised && isExtendedResourceName(name) {
+			delete(req, name)
 		}
 	}
-	var rest []string
-	for n := range l {
-		if !seen[n] {
-			rest = append(rest, string(n))
+	used := map[v1.ResourceName]int64{}
+	for _, p := range admitted {
+		for name, v := range fitRequests(p) {
+			used[name] += v
 		}
 	}
-	sort.Strings(rest)
-	for _, n := range rest {
-		out = append(out, v1.ResourceName(n))
+	for _, name := range fitOrder(req) {
+		capacity := schedulerValue(name, allocatable[name])
+		if r := req[name]; r > 0 && r > capacity-used[name] {
+			out = append(out, shortage{resource: name, requested: r, used: used[name], capacity: capacity})
+		}
 	}
 	return out
+}
+
+// fitRequests is a pod's requests the scheduler counts, in its units.
+func fitRequests(pod *v1.Pod) map[v1.ResourceName]int64 {
+	out := map[v1.ResourceName]int64{}
+	for name, q := range PodRequests(pod) {
+		switch {
+		case name == v1.ResourceCPU, name == v1.ResourceMemory, name == v1.ResourceEphemeralStorage, isScalarResourceName(name):
+			out[name] = schedulerValue(name, q)
+		}
+	}
+	return out
+}
+
+// fitOrder is the order NodeResourcesFit checks resources in: cpu, memory,
+// ephemeral-storage, then the rest by name (upstream walks a map; the order
+// only decides which of several shortages is reported).
+func fitOrder(req map[v1.ResourceName]int64) []v1.ResourceName {
+	var out, rest []v1.ResourceName
+	for _, n := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
+		if _, ok := req[n]; ok {
+			out = append(out, n)
+		}
+	}
+	for n := range req {
+		if n != v1.ResourceCPU && n != v1.ResourceMemory && n != v1.ResourceEphemeralStorage {
+			rest = append(rest, n)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
+	return append(out, rest...)
+}
+
+// schedulerValue is q in the scheduler's units: millicores for cpu, else its value.
+func schedulerValue(name v1.ResourceName, q resource.Quantity) int64 {
+	if name == v1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// isNativeResourceName: unprefixed, or in the kubernetes.io/ namespace.
+func isNativeResourceName(name v1.ResourceName) bool {
+	return !strings.Contains(string(name), "/") || strings.Contains(string(name), v1.ResourceDefaultNamespacePrefix)
+}
+
+// isExtendedResourceName: a resource outside kubernetes.io/ that a quota could name.
+func isExtendedResourceName(name v1.ResourceName) bool {
+	if isNativeResourceName(name) || strings.HasPrefix(string(name), v1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+string(name))) == 0
+}
+
+// isScalarResourceName: a resource the scheduler counts beside cpu, memory and
+// ephemeral-storage.
+func isScalarResourceName(name v1.ResourceName) bool {
+	s := string(name)
+	return isExtendedResourceName(name) || strings.HasPrefix(s, v1.ResourceHugePagesPrefix) ||
+		strings.Contains(s, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(s, v1.ResourceAttachableVolumesPrefix)
+}
+
+// hostPort is a port a pod binds on the node, with the scheduler's defaults
+// (all addresses, TCP).
+type hostPort struct {
+	ip       string
+	protocol v1.Protocol
+	port     int32
+}
+
+const allAddresses = "0.0.0.0"
+
+// hostPorts are the host ports of the pod's containers that run for its whole
+// life: app containers and sidecars.
+func hostPorts(pod *v1.Pod) []hostPort {
+	var out []hostPort
+	add := func(c *v1.Container) {
+		for _, p := range c.Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			hp := hostPort{ip: p.HostIP, protocol: p.Protocol, port: p.HostPort}
+			if hp.ip == "" {
+				hp.ip = allAddresses
+			}
+			if hp.protocol == "" {
+				hp.protocol = v1.ProtocolTCP
+			}
+			out = append(out, hp)
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
+			add(&pod.Spec.InitContainers[i])
+		}
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i])
+	}
+	return out
+}
+
+// hostPortsConflict is the scheduler's NodePorts: a port the pod wants is taken
+// by an admitted pod for the same protocol, on the same address, on all
+// addresses, or on any address when the pod wants all of them.
+func hostPortsConflict(pod *v1.Pod, admitted []*v1.Pod) bool {
+	want := hostPorts(pod)
+	if len(want) == 0 {
+		return false
+	}
+	type protoPort struct {
+		protocol v1.Protocol
+		port     int32
+	}
+	inUse := map[string]map[protoPort]bool{} // by address
+	for _, p := range admitted {
+		for _, hp := range hostPorts(p) {
+			if inUse[hp.ip] == nil {
+				inUse[hp.ip] = map[protoPort]bool{}
+			}
+			inUse[hp.ip][protoPort{hp.protocol, hp.port}] = true
+		}
+	}
+	for _, hp := range want {
+		pp := protoPort{hp.protocol, hp.port}
+		if hp.ip == allAddresses {
+			for _, ports := range inUse {
+				if ports[pp] {
+					return true
+				}
+			}
+			continue
+		}
+		if inUse[allAddresses][pp] || inUse[hp.ip][pp] {
+			return true
+		}
+	}
+	return false
 }

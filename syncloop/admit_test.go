@@ -8,7 +8,22 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
+
+// checkRejection fails t unless r refuses with reason and message ("": admitted).
+func checkRejection(t *testing.T, r *Rejection, reason, message string) {
+	t.Helper()
+	switch {
+	case reason == "" && r != nil:
+		t.Fatalf("rejected: %+v", *r)
+	case reason != "" && r == nil:
+		t.Fatalf("admitted, want %s", reason)
+	case r != nil && (r.Reason != reason || r.Message != message):
+		t.Errorf("rejection = %q %q, want %q %q", r.Reason, r.Message, reason, message)
+	}
+}
 
 func TestAdmit(t *testing.T) {
 	allow, err := NewSysctlAllowlist(append(SafeSysctls("6.18.44"), "kernel.msgmax", "fs.mqueue.*"))
@@ -103,15 +118,226 @@ func TestAdmit(t *testing.T) {
 			if tt.node != nil {
 				n = *tt.node
 			}
-			r := Admit(tt.pod, tt.admitted, n)
-			switch {
-			case tt.reason == "" && r != nil:
-				t.Fatalf("rejected: %+v", *r)
-			case tt.reason != "" && r == nil:
-				t.Fatalf("admitted, want %s", tt.reason)
-			case r != nil && (r.Reason != tt.reason || r.Message != tt.message):
-				t.Errorf("rejection = %q %q, want %q %q", r.Reason, r.Message, tt.reason, tt.message)
+			checkRejection(t, Admit(tt.pod, tt.admitted, n), tt.reason, tt.message)
+		})
+	}
+}
+
+// TestAdmitPredicates covers the scheduler filters admission runs, each alone
+// and in upstream's order: resources (NodeResourcesFit), NodeAffinity,
+// NodeName, NodePorts, then NoExecute taints (TaintToleration).
+func TestAdmitPredicates(t *testing.T) {
+	node := AdmitNode{
+		Name: "node1",
+		Allocatable: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourcePods: resource.MustParse("10"),
+			v1.ResourceEphemeralStorage: resource.MustParse("10Gi"), "example.com/dongle": resource.MustParse("2"),
+		},
+		Labels:                   map[string]string{v1.LabelHostname: "node1", "disk": "ssd", "zone": "a"},
+		Taints:                   []v1.Taint{{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoExecute}, {Key: "soft", Effect: v1.TaintEffectNoSchedule}},
+		SupplementalGroupsPolicy: true,
+		OS:                       "linux",
+	}
+	type mod func(*v1.Pod)
+	tolerateAll := func(p *v1.Pod) { p.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}} }
+	newPod := func(name string, mods ...mod) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+			Spec: v1.PodSpec{NodeName: "node1", Containers: []v1.Container{{Name: "c", Image: "img"}}}}
+		tolerateAll(p)
+		for _, m := range mods {
+			m(p)
+		}
+		return p
+	}
+	requests := func(kv ...string) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
+			for i := 0; i < len(kv); i += 2 {
+				p.Spec.Containers[0].Resources.Requests[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
 			}
+		}
+	}
+	limits := func(kv ...string) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{}
+			for i := 0; i < len(kv); i += 2 {
+				p.Spec.Containers[0].Resources.Limits[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+			}
+		}
+	}
+	initRequests := func(sidecar bool, kv ...string) mod {
+		return func(p *v1.Pod) {
+			c := v1.Container{Name: "init", Image: "img", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{}}}
+			if sidecar {
+				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+			}
+			for i := 0; i < len(kv); i += 2 {
+				c.Resources.Requests[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+			}
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		}
+	}
+	podLevel := func(kv ...string) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{}}
+			for i := 0; i < len(kv); i += 2 {
+				p.Spec.Resources.Requests[v1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+			}
+		}
+	}
+	overhead := func(k, v string) mod {
+		return func(p *v1.Pod) { p.Spec.Overhead = v1.ResourceList{v1.ResourceName(k): resource.MustParse(v)} }
+	}
+	selector := func(kv ...string) mod {
+		return func(p *v1.Pod) {
+			p.Spec.NodeSelector = map[string]string{}
+			for i := 0; i < len(kv); i += 2 {
+				p.Spec.NodeSelector[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	affinity := func(terms ...v1.NodeSelectorTerm) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: terms}}}
+		}
+	}
+	labelIn := func(key string, values ...string) v1.NodeSelectorTerm {
+		return v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{{Key: key, Operator: v1.NodeSelectorOpIn, Values: values}}}
+	}
+	nameIn := func(values ...string) v1.NodeSelectorTerm {
+		return v1.NodeSelectorTerm{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: values}}}
+	}
+	nodeName := func(n string) mod { return func(p *v1.Pod) { p.Spec.NodeName = n } }
+	port := func(hostIP string, proto v1.Protocol, hostPort int32) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: 80, HostIP: hostIP, Protocol: proto, HostPort: hostPort})
+		}
+	}
+	initPort := func(sidecar bool, hostPort int32) mod {
+		return func(p *v1.Pod) {
+			c := v1.Container{Name: "init", Image: "img", Ports: []v1.ContainerPort{{ContainerPort: 80, HostPort: hostPort}}}
+			if sidecar {
+				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+			}
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		}
+	}
+	tolerations := func(ts ...v1.Toleration) mod { return func(p *v1.Pod) { p.Spec.Tolerations = ts } }
+	static := func(p *v1.Pod) {
+		p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	}
+	strict := func(p *v1.Pod) {
+		p.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroupsPolicy: ptr.To(v1.SupplementalGroupsPolicyStrict)}
+	}
+	running := func(name string, mods ...mod) *v1.Pod { return newPod(name, mods...) }
+
+	const (
+		affinityMsg = "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+		portsMsg    = "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+		taintMsg    = "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
+	)
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		admitted []*v1.Pod
+		node     func(*AdmitNode)
+		reason   string // "": admitted
+		message  string
+	}{
+		// Resources.
+		{name: "fits beside others", pod: newPod("p", requests("cpu", "1", "memory", "512Mi")),
+			admitted: []*v1.Pod{running("a", requests("cpu", "500m", "memory", "256Mi"))}},
+		{name: "out of memory", pod: newPod("p", requests("memory", "800Mi")), admitted: []*v1.Pod{running("a", requests("memory", "256Mi"))},
+			reason: "OutOfmemory", message: "Node didn't have enough resource: memory, requested: 838860800, used: 268435456, capacity: 1073741824"},
+		{name: "more memory than allocatable", pod: newPod("p", requests("memory", "2Gi")),
+			reason: "OutOfmemory", message: "Node didn't have enough resource: memory, requested: 2147483648, used: 0, capacity: 1073741824"},
+		{name: "requests default from limits", pod: newPod("p", limits("cpu", "3")),
+			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
+		{name: "out of ephemeral-storage", pod: newPod("p", requests("ephemeral-storage", "11Gi")),
+			reason: "OutOfephemeral-storage", message: "Node didn't have enough resource: ephemeral-storage, requested: 11811160064, used: 0, capacity: 10737418240"},
+		{name: "an advertised extended resource used up", pod: newPod("p", requests("example.com/dongle", "1")),
+			admitted: []*v1.Pod{running("a", requests("example.com/dongle", "2"))},
+			reason:   "OutOfexample.com/dongle", message: "Node didn't have enough resource: example.com/dongle, requested: 1, used: 2, capacity: 2"},
+		{name: "an extended resource the node does not advertise is not counted", pod: newPod("p", requests("example.com/cluster-license", "5"))},
+		{name: "hugepages the node lacks", pod: newPod("p", requests("hugepages-2Mi", "4Mi")),
+			reason: "OutOfhugepages-2Mi", message: "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0"},
+		{name: "a regular init container counts alone", pod: newPod("p", requests("cpu", "500m"), initRequests(false, "cpu", "1500m")),
+			admitted: []*v1.Pod{running("a", requests("cpu", "1"))},
+			reason:   "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000"},
+		{name: "a sidecar adds to the app containers", pod: newPod("p", requests("cpu", "1"), initRequests(true, "cpu", "600m")),
+			admitted: []*v1.Pod{running("a", requests("cpu", "500m"))},
+			reason:   "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 1600, used: 500, capacity: 2000"},
+		{name: "pod-level requests stand for the containers'", pod: newPod("p", requests("cpu", "100m"), podLevel("cpu", "2500m")),
+			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000"},
+		{name: "overhead counts", pod: newPod("p", requests("memory", "1000Mi"), overhead("memory", "100Mi")),
+			reason: "OutOfmemory", message: "Node didn't have enough resource: memory, requested: 1153433600, used: 0, capacity: 1073741824"},
+		{name: "pods before cpu", pod: newPod("p", requests("cpu", "3")), node: func(n *AdmitNode) { n.Allocatable[v1.ResourcePods] = resource.MustParse("1") },
+			admitted: []*v1.Pod{running("a")},
+			reason:   "OutOfpods", message: "Node didn't have enough resource: pods, requested: 1, used: 1, capacity: 1"},
+		{name: "cpu before memory", pod: newPod("p", requests("cpu", "3", "memory", "2Gi")),
+			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
+
+		// NodeAffinity: nodeSelector and required node affinity.
+		{name: "a matching node selector", pod: newPod("p", selector("disk", "ssd", "zone", "a"))},
+		{name: "a node selector with one mismatch", pod: newPod("p", selector("disk", "ssd", "zone", "b")), reason: "NodeAffinity", message: affinityMsg},
+		{name: "required affinity matching one of its terms", pod: newPod("p", affinity(labelIn("zone", "b"), labelIn("zone", "a", "c")))},
+		{name: "required affinity to another node's hostname", pod: newPod("p", affinity(labelIn(v1.LabelHostname, "node2"))),
+			reason: "NodeAffinity", message: affinityMsg},
+		{name: "required affinity on the node's name field", pod: newPod("p", affinity(nameIn("node1")))},
+		{name: "required affinity on another node's name field", pod: newPod("p", affinity(nameIn("node2"))), reason: "NodeAffinity", message: affinityMsg},
+		{name: "selector and affinity must both match", pod: newPod("p", selector("disk", "hdd"), affinity(labelIn("zone", "a"))),
+			reason: "NodeAffinity", message: affinityMsg},
+		{name: "resources before node affinity", pod: newPod("p", requests("cpu", "3"), selector("disk", "hdd")),
+			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
+
+		// NodeName.
+		{name: "bound to another node", pod: newPod("p", nodeName("node2")),
+			reason: "NodeName", message: "Predicate NodeName failed: node(s) didn't match the requested node name"},
+		{name: "node affinity before node name", pod: newPod("p", nodeName("node2"), selector("disk", "hdd")), reason: "NodeAffinity", message: affinityMsg},
+
+		// NodePorts.
+		{name: "a free host port", pod: newPod("p", port("", "", 8080)), admitted: []*v1.Pod{running("a", port("", "", 8081))}},
+		{name: "a host port taken (TCP by default)", pod: newPod("p", port("", "", 8080)), admitted: []*v1.Pod{running("a", port("", v1.ProtocolTCP, 8080))},
+			reason: "NodePorts", message: portsMsg},
+		{name: "the same port for another protocol", pod: newPod("p", port("", v1.ProtocolUDP, 8080)), admitted: []*v1.Pod{running("a", port("", "", 8080))}},
+		{name: "all addresses against one address", pod: newPod("p", port("0.0.0.0", "", 8080)), admitted: []*v1.Pod{running("a", port("10.0.0.1", "", 8080))},
+			reason: "NodePorts", message: portsMsg},
+		{name: "one address against all addresses", pod: newPod("p", port("10.0.0.1", "", 8080)), admitted: []*v1.Pod{running("a", port("", "", 8080))},
+			reason: "NodePorts", message: portsMsg},
+		{name: "two different addresses", pod: newPod("p", port("10.0.0.2", "", 8080)), admitted: []*v1.Pod{running("a", port("10.0.0.1", "", 8080))}},
+		{name: "the same address", pod: newPod("p", port("10.0.0.1", v1.ProtocolSCTP, 8080)), admitted: []*v1.Pod{running("a", port("10.0.0.1", v1.ProtocolSCTP, 8080))},
+			reason: "NodePorts", message: portsMsg},
+		{name: "a running sidecar's port", pod: newPod("p", port("", "", 8080)), admitted: []*v1.Pod{running("a", initPort(true, 8080))},
+			reason: "NodePorts", message: portsMsg},
+		{name: "a regular init container's port is not held", pod: newPod("p", port("", "", 8080)), admitted: []*v1.Pod{running("a", initPort(false, 8080))}},
+		{name: "a container port without a host port", pod: newPod("p", port("", "", 0)), admitted: []*v1.Pod{running("a", port("", "", 0))}},
+		{name: "node name before node ports", pod: newPod("p", nodeName("node2"), port("", "", 8080)), admitted: []*v1.Pod{running("a", port("", "", 8080))},
+			reason: "NodeName", message: "Predicate NodeName failed: node(s) didn't match the requested node name"},
+
+		// TaintToleration: NoExecute only, static pods exempt.
+		{name: "an untolerated NoExecute taint", pod: newPod("p", tolerations()), reason: "TaintToleration", message: taintMsg},
+		{name: "the NoExecute taint tolerated", pod: newPod("p", tolerations(v1.Toleration{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "db", Effect: v1.TaintEffectNoExecute}))},
+		{name: "a toleration of another value", pod: newPod("p", tolerations(v1.Toleration{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "web", Effect: v1.TaintEffectNoExecute})),
+			reason: "TaintToleration", message: taintMsg},
+		{name: "NoSchedule taints are the scheduler's", pod: newPod("p", tolerations()), node: func(n *AdmitNode) { n.Taints = n.Taints[1:] }},
+		{name: "a static pod tolerates every taint", pod: newPod("p", tolerations(), static)},
+		{name: "node ports before taints", pod: newPod("p", tolerations(), port("", "", 8080)), admitted: []*v1.Pod{running("a", port("", "", 8080))},
+			reason: "NodePorts", message: portsMsg},
+
+		// supplementalGroupsPolicy Strict needs the runtime's support.
+		{name: "Strict on a runtime with it", pod: newPod("p", strict)},
+		{name: "Strict on a runtime without it", pod: newPod("p", strict, requests("cpu", "3")), node: func(n *AdmitNode) { n.SupplementalGroupsPolicy = false },
+			reason: "SupplementalGroupsPolicyNotSupported", message: "SupplementalGroupsPolicy=Strict is not supported in this node"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := node
+			n.Allocatable = node.Allocatable.DeepCopy()
+			if tt.node != nil {
+				tt.node(&n)
+			}
+			checkRejection(t, Admit(tt.pod, tt.admitted, n), tt.reason, tt.message)
 		})
 	}
 }

@@ -124,7 +124,7 @@ type Deps struct {
 	Volumes    Volumes
 	Sources    Sources
 	Node       func() podruntime.NodeFacts
-	NodeLabels func() map[string]string
+	NodeObject func(ctx context.Context, fresh bool) (*v1.Node, error) // see admitNode
 	Recorder   record.EventRecorder
 	Clock      clock.WithTicker
 	Registerer prometheus.Registerer // optional
@@ -132,9 +132,12 @@ type Deps struct {
 	PodCgroups PodCgroups
 	// Probes, when set, runs startup, liveness and readiness probes.
 	Probes Probes
-	// Admitters are extra admission checks (node shutdown, pressure); the first
-	// rejection wins. A pod the runtime already runs skips them (see admit).
-	Admitters []func(pod *v1.Pod) *Rejection
+	// Admitters are extra admission checks run before the node's own (node
+	// pressure), AdmittersAfter ones run after them (node shutdown), as
+	// upstream orders its admit handlers; the first rejection wins. A pod the
+	// runtime already runs skips both (see admit).
+	Admitters      []func(pod *v1.Pod) *Rejection
+	AdmittersAfter []func(pod *v1.Pod) *Rejection
 	// Sysctls are the sysctls pods may set (the safe ones and the config's
 	// allowedUnsafeSysctls); nil: the sysctls safe on every kernel.
 	Sysctls *SysctlAllowlist
@@ -180,8 +183,8 @@ func New(cfg Config, deps Deps) *Loop {
 	if cfg.PodLogsDir == "" {
 		cfg.PodLogsDir = "/var/log/pods"
 	}
-	if deps.NodeLabels == nil {
-		deps.NodeLabels = func() map[string]string { return nil }
+	if deps.NodeObject == nil {
+		deps.NodeObject = func(context.Context, bool) (*v1.Node, error) { return &v1.Node{}, nil }
 	}
 	return &Loop{
 		cfg: cfg, deps: deps,
@@ -378,8 +381,9 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 	}
 	rejected := false
 	if !podutil.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
-		if rej := l.admit(pod); rej != nil {
+		if rej := l.admit(ctx, pod); rej != nil {
 			klog.FromContext(ctx).Info("Pod rejected at admission", "pod", klog.KObj(pod), "reason", rej.Reason, "message", rej.Message)
+			l.metrics.admissionRejected(rej.Reason)
 			l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, rej.Reason, "%s", rej.Message)
 			st := *pod.Status.DeepCopy()
 			st.Phase = v1.PodFailed
@@ -392,29 +396,111 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 	l.evaluate(newWorker(ctx, update{pod: pod}, l.started), event{create: true, woken: true, rejected: rejected})
 }
 
-func (l *Loop) admit(pod *v1.Pod) *Rejection {
-	l.mu.Lock()
-	var active []*v1.Pod
-	for uid, w := range l.workers {
-		if p := l.pods[uid]; p != nil && w.rec.State == stateSync {
-			active = append(active, p)
-		}
-	}
-	l.mu.Unlock()
+// admit decides whether pod may run here (DecideAdmission between the extra
+// admitters), first stopping the pods a critical pod preempts. It runs on the
+// loop's goroutine and blocks while they stop, as upstream's admission does.
+func (l *Loop) admit(ctx context.Context, pod *v1.Pod) *Rejection {
 	// A pod the runtime already runs was admitted by an earlier nodelet: after a
 	// restart, node pressure or a shutdown in progress must not kill it through
 	// admission (upstream re-admits and may, kubernetes#83612); under pressure the
 	// eviction manager reclaims node resources first and then ranks pods.
-	if rt, _ := l.deps.Cache.Get(pod.UID); rt == nil || !anyRunning(rt) {
+	rt, _ := l.deps.Cache.Get(pod.UID)
+	fresh := rt == nil || !anyRunning(rt)
+	if fresh {
 		for _, a := range l.deps.Admitters {
 			if rej := a(pod); rej != nil {
 				return rej
 			}
 		}
 	}
-	return Admit(pod, active, AdmitNode{
-		Allocatable: l.deps.Node().Allocatable, Labels: l.deps.NodeLabels(), OS: goruntime.GOOS, Sysctls: l.deps.Sysctls,
-	})
+	admitted := l.admittedPods(pod.UID)
+	d := DecideAdmission(pod, admitted, l.admitNode(ctx, false))
+	if d.RecheckNode {
+		d = DecideAdmission(pod, admitted, l.admitNode(ctx, true))
+	}
+	if d.Rejection != nil {
+		return d.Rejection
+	}
+	l.preempt(ctx, pod, d)
+	if fresh {
+		for _, a := range l.deps.AdmittersAfter {
+			if rej := a(pod); rej != nil {
+				return rej
+			}
+		}
+	}
+	return nil
+}
+
+// admittedPods are the pods admission counts as using the node: those of its
+// sources running or still terminating (upstream's active pods), but exclude.
+func (l *Loop) admittedPods(exclude types.UID) []*v1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*v1.Pod
+	for uid, w := range l.workers {
+		if p := l.pods[uid]; p != nil && uid != exclude && (w.rec.State == stateSync || w.rec.State == stateTerminating) {
+			out = append(out, p)
+		}
+	}
+	// Map order must not decide ties in admission (which pods a critical pod preempts).
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out
+}
+
+// admitNode is the node as admission judges it: its own facts, with the Node
+// object's name, labels, taints, features and the extended resources others
+// advertise on it. Deps.NodeObject gives the Node: the last one seen, or with
+// fresh one read from the API server now (node.Controller.AdmissionNode); when
+// a fresh read fails, the last one seen stands.
+func (l *Loop) admitNode(ctx context.Context, fresh bool) AdmitNode {
+	n, err := l.deps.NodeObject(ctx, fresh)
+	if err != nil && fresh {
+		klog.FromContext(ctx).Error(err, "Reading the Node again for admission; judging by the last one seen")
+		n, err = l.deps.NodeObject(ctx, false)
+	}
+	if err != nil || n == nil {
+		n = &v1.Node{}
+	}
+	alloc := l.deps.Node().Allocatable
+	if alloc == nil {
+		alloc = v1.ResourceList{}
+	}
+	for name, q := range n.Status.Allocatable {
+		if _, own := alloc[name]; !own {
+			alloc[name] = q
+		}
+	}
+	sgp := n.Status.Features != nil && n.Status.Features.SupplementalGroupsPolicy != nil && *n.Status.Features.SupplementalGroupsPolicy
+	return AdmitNode{
+		Name: n.Name, Allocatable: alloc, Labels: n.Labels, Taints: n.Spec.Taints, SupplementalGroupsPolicy: sgp,
+		OS: goruntime.GOOS, Sysctls: l.deps.Sysctls,
+	}
+}
+
+// preempt stops the pods d.Preempt names, one after the other, with their own
+// grace period, through KillPod (as an eviction): each ends Failed with reason
+// Preempting and a DisruptionTarget condition. A pod that does not stop in time
+// is logged and left to its worker, and pod is admitted all the same, as upstream.
+func (l *Loop) preempt(ctx context.Context, pod *v1.Pod, d Admission) {
+	logger := klog.FromContext(ctx)
+	for _, v := range d.Preempt {
+		l.deps.Recorder.Eventf(v, v1.EventTypeWarning, ReasonPreempting, "%s", messagePreempting)
+		logger.Info("Preempting pod to free up resources", "pod", klog.KObj(v), "podUID", v.UID,
+			"insufficientResources", shortfallsString(d.Shortfalls), "requestingPod", klog.KObj(pod))
+		now := metav1.NewTime(l.deps.Clock.Now())
+		err := l.KillPod(ctx, v, time.Duration(effectiveGrace(v, nil))*time.Second, func(s *v1.PodStatus) {
+			s.Phase, s.Reason, s.Message = v1.PodFailed, ReasonPreempting, messagePreempting
+			podutil.SetCondition(s, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+				Reason: v1.PodReasonTerminationByKubelet, Message: messagePreemptedCondition, LastTransitionTime: now})
+		})
+		if err != nil {
+			logger.Error(err, "Failed to preempt pod", "pod", klog.KObj(v), "podUID", v.UID)
+			continue
+		}
+		l.metrics.preemptions.WithLabelValues(string(d.Shortfalls[0].Resource)).Inc()
+		logger.Info("Pod preempted", "pod", klog.KObj(v), "podUID", v.UID)
+	}
 }
 
 // AllSourcesReady reports whether every pod source delivered its first snapshot.

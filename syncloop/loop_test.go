@@ -368,11 +368,8 @@ func TestAdmissionRejectsPodThatDoesNotFit(t *testing.T) {
 	r.ready()
 	pod := newPod("uid-4", "huge")
 	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")}
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually.True(t, "the pod to be rejected", func() bool {
-		s, ok := r.status.GetPodStatus(pod.UID)
-		return ok && s.Phase == v1.PodFailed && s.Reason == "OutOfcpu"
-	})
+	r.add("api", pod)
+	r.waitRejected(t, pod, "OutOfcpu")
 	if n := len(r.containers(t, "uid-4")); n != 0 {
 		t.Fatalf("a rejected pod got %d containers", n)
 	}
@@ -469,9 +466,6 @@ func TestAdmittersRejectFirst(t *testing.T) {
 	}}
 	r.ready()
 	pod := newPod("uid-7", "late")
-	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
-	eventually.True(t, "the pod to be rejected", func() bool {
-		s, ok := r.status.GetPodStatus(pod.UID)
-		return ok && s.Phase == v1.PodFailed && s.Reason == "NodeShutdown"
-	})
+	r.add("api", pod)
+	r.waitRejected(t, pod, "NodeShutdown")
 }

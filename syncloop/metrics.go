@@ -1,11 +1,17 @@
 package syncloop
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics carries the loop's upstream-named metrics (kubelet_running_pods comes from the PLEG).
 type metrics struct {
-	podStart       prometheus.Histogram
-	workerDuration *prometheus.HistogramVec
+	podStart            prometheus.Histogram
+	workerDuration      *prometheus.HistogramVec
+	admissionRejections *prometheus.CounterVec
+	preemptions         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -19,9 +25,45 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Subsystem: "kubelet", Name: "pod_worker_duration_seconds",
 			Help: "Duration in seconds to sync a single pod, by worker state", Buckets: prometheus.DefBuckets,
 		}, []string{"operation_type"}),
+		admissionRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "admission_rejections_total",
+			Help: "Cumulative number pod admission rejections by the Kubelet.",
+		}, []string{"reason"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "preemptions",
+			Help: "Cumulative number of pod preemptions by preemption resource",
+		}, []string{"preemption_signal"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.podStart, m.workerDuration)
+		reg.MustRegister(m.podStart, m.workerDuration, m.admissionRejections, m.preemptions)
 	}
 	return m
+}
+
+// countedByName: upstream counts these admission reasons by name (its
+// allowlist, bounding the label's values); others count as
+// OutOfExtendedResources or Other. Upstream lists the taint filter's message,
+// not its name, so TaintToleration rejections count as Other there too.
+func countedByName(reason string) bool {
+	switch reason {
+	case "AppArmor", reasonOSLabel, reasonOSField, "InvalidNodeInfo", "InitContainerRestartPolicyForbidden",
+		reasonSupplemental, reasonUnexpected, "UnknownReason", "UnexpectedPredicateFailureType",
+		"OutOfcpu", "OutOfmemory", "OutOfephemeral-storage", "OutOfpods", "PodLevelResourcesNotSupported",
+		"PodFeatureUnsupported", unfitTaints, "Evicted", SysctlForbiddenReason, "TopologyAffinityError",
+		"NodeShutdown", "VolumeAttachmentLimitExceeded":
+		return true
+	}
+	return false
+}
+
+// admissionRejected counts a rejection under upstream's label for its reason.
+func (m *metrics) admissionRejected(reason string) {
+	switch {
+	case countedByName(reason):
+	case strings.HasPrefix(reason, "OutOf"):
+		reason = "OutOfExtendedResources"
+	default:
+		reason = "Other"
+	}
+	m.admissionRejections.WithLabelValues(reason).Inc()
 }

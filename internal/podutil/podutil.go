@@ -68,6 +68,16 @@ func IsCriticalPod(pod *v1.Pod) bool {
 	return IsStaticPod(pod) || IsMirrorPod(pod) || (pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority)
 }
 
+// Preemptable: the node may stop preemptee to make room for preemptor, as
+// upstream's kubelet decides it: a critical pod may preempt any non-critical one;
+// otherwise only a pod of a strictly higher priority, when both have one.
+func Preemptable(preemptor, preemptee *v1.Pod) bool {
+	if IsCriticalPod(preemptor) && !IsCriticalPod(preemptee) {
+		return true
+	}
+	return preemptor.Spec.Priority != nil && preemptee.Spec.Priority != nil && *preemptor.Spec.Priority > *preemptee.Spec.Priority
+}
+
 // IsNodeCriticalPod: a critical pod of the system-node-critical priority class.
 func IsNodeCriticalPod(pod *v1.Pod) bool {
 	return IsCriticalPod(pod) && pod.Spec.PriorityClassName == SystemNodeCritical
@@ -96,4 +106,20 @@ func IsSidecar(pod *v1.Pod, c *v1.Container) bool {
 		}
 	}
 	return false
+}
+
+// SetCondition puts cond in status, replacing the condition of its type; the
+// transition time of one with the same status is kept (it did not transition).
+func SetCondition(status *v1.PodStatus, cond v1.PodCondition) {
+	for i := range status.Conditions {
+		if status.Conditions[i].Type != cond.Type {
+			continue
+		}
+		if status.Conditions[i].Status == cond.Status {
+			cond.LastTransitionTime = status.Conditions[i].LastTransitionTime
+		}
+		status.Conditions[i] = cond
+		return
+	}
+	status.Conditions = append(status.Conditions, cond)
 }

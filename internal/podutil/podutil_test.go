@@ -93,3 +93,50 @@ func TestSidecars(t *testing.T) {
 		}
 	}
 }
+
+func TestPreemptable(t *testing.T) {
+	static := pod(map[string]string{AnnotationConfigSource: SourceFile}, nil, SystemNodeCritical)
+	critical := pod(nil, ptr.To(SystemCriticalPriority), SystemClusterCritical)
+	high := pod(nil, ptr.To[int32](1000), "")
+	low := pod(nil, ptr.To[int32](10), "")
+	none := pod(nil, nil, "")
+	tests := []struct {
+		name               string
+		preemptor, preempt *v1.Pod
+		want               bool
+	}{
+		{name: "a static pod preempts a pod without priority", preemptor: static, preempt: none, want: true},
+		{name: "a static pod preempts a high-priority pod", preemptor: static, preempt: high, want: true},
+		{name: "a static pod spares a critical pod", preemptor: static, preempt: critical},
+		{name: "a critical pod spares a static pod", preemptor: critical, preempt: static},
+		{name: "a critical pod preempts a lower critical one", preemptor: pod(nil, ptr.To(SystemCriticalPriority+1000), ""), preempt: critical, want: true},
+		{name: "a higher priority preempts a lower one", preemptor: high, preempt: low, want: true},
+		{name: "an equal priority does not", preemptor: low, preempt: pod(nil, ptr.To[int32](10), "")},
+		{name: "a lower priority does not", preemptor: low, preempt: high},
+		{name: "no priority on the preemptee", preemptor: high, preempt: none},
+		{name: "no priority on the preemptor", preemptor: none, preempt: low},
+	}
+	for _, tc := range tests {
+		if got := Preemptable(tc.preemptor, tc.preempt); got != tc.want {
+			t.Errorf("%s: Preemptable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSetCondition(t *testing.T) {
+	t1, t2 := metav1.Unix(100, 0), metav1.Unix(200, 0)
+	ready := v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: t1}
+	st := v1.PodStatus{Conditions: []v1.PodCondition{ready}}
+	SetCondition(&st, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "A", LastTransitionTime: t1})
+	SetCondition(&st, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "B", LastTransitionTime: t2})
+	if len(st.Conditions) != 2 || st.Conditions[0] != ready {
+		t.Fatalf("conditions = %+v", st.Conditions)
+	}
+	if c := st.Conditions[1]; c.Reason != "B" || !c.LastTransitionTime.Equal(&t1) {
+		t.Errorf("same status: condition = %+v, want reason B kept at %v", c, t1)
+	}
+	SetCondition(&st, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionFalse, LastTransitionTime: t2})
+	if c := st.Conditions[1]; c.Status != v1.ConditionFalse || !c.LastTransitionTime.Equal(&t2) {
+		t.Errorf("changed status: condition = %+v, want False at %v", c, t2)
+	}
+}

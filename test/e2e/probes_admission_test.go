@@ -256,21 +256,6 @@ func TestProbesAndAdmission(t *testing.T) {
 	// (A net.* sysctl with hostNetwork, which nodelet refuses too, never gets past
 	// the API server's validation; the unit tests cover it.)
 
-	// rejected waits for the pod to fail admission and checks upstream's reason, message and event.
-	rejected := func(t *testing.T, p *v1.Pod, reason, message string) {
-		t.Helper()
-		p.Spec.NodeName = f.Env.NodeName
-		l.create(ctx, t, p)
-		got := l.wait(ctx, t, p.Name, time.Minute, "rejected", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-		if got.Status.Reason != reason || got.Status.Message != "Pod was rejected: "+message {
-			t.Errorf("status reason %q message %q, want %q %q", got.Status.Reason, got.Status.Message, reason, "Pod was rejected: "+message)
-		}
-		if len(got.Status.ContainerStatuses) > 0 && got.Status.ContainerStatuses[0].State.Running != nil {
-			t.Errorf("a rejected pod runs: %s", framework.DescribePod(got))
-		}
-		l.waitEvent(ctx, t, p.Name, reason, message)
-		t.Logf("%s: %s", got.Status.Reason, got.Status.Message)
-	}
 	sysctlPod := func(name string, sysctls ...string) *v1.Pod {
 		p := f.BusyboxPod(l.ns, name, "sh", "-c", "cat /proc/sys/kernel/msgmax")
 		p.Spec.RestartPolicy = v1.RestartPolicyNever
@@ -285,7 +270,7 @@ func TestProbesAndAdmission(t *testing.T) {
 
 	t.Run("UnsafeSysctlRejected", func(t *testing.T) {
 		t.Parallel()
-		rejected(t, sysctlPod("unsafe-sysctl", "kernel.shm_rmid_forced=1", "kernel.msgmnb=65536"),
+		l.rejected(ctx, t, sysctlPod("unsafe-sysctl", "kernel.shm_rmid_forced=1", "kernel.msgmnb=65536"),
 			"SysctlForbidden", `forbidden sysctl: "kernel.msgmnb" not allowlisted`)
 	})
 
@@ -313,13 +298,30 @@ func TestProbesAndAdmission(t *testing.T) {
 		t.Parallel()
 		p := f.BusyboxPod(l.ns, "windows-os-field", "true")
 		p.Spec.OS = &v1.PodOS{Name: v1.Windows}
-		rejected(t, p, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+		l.rejected(ctx, t, p, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
 	})
 
 	t.Run("PodLabelledForAnotherOS", func(t *testing.T) {
 		t.Parallel()
 		p := f.BusyboxPod(l.ns, "windows-os-label", "true")
 		p.Labels = map[string]string{v1.LabelOSStable: "windows"}
-		rejected(t, p, "PodOSSelectorNodeLabelDoesNotMatch", "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label")
+		l.rejected(ctx, t, p, "PodOSSelectorNodeLabelDoesNotMatch", "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label")
 	})
+}
+
+// rejected creates p bound to the node, waits for it to fail admission and checks
+// upstream's reason, message and event.
+func (l *lifecycle) rejected(ctx context.Context, t *testing.T, p *v1.Pod, reason, message string) {
+	t.Helper()
+	p.Spec.NodeName = l.f.Env.NodeName
+	l.create(ctx, t, p)
+	got := l.wait(ctx, t, p.Name, time.Minute, "rejected", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if got.Status.Reason != reason || got.Status.Message != "Pod was rejected: "+message {
+		t.Errorf("status reason %q message %q, want %q %q", got.Status.Reason, got.Status.Message, reason, "Pod was rejected: "+message)
+	}
+	if len(got.Status.ContainerStatuses) > 0 && got.Status.ContainerStatuses[0].State.Running != nil {
+		t.Errorf("a rejected pod runs: %s", framework.DescribePod(got))
+	}
+	l.waitEvent(ctx, t, p.Name, reason, message)
+	t.Logf("%s: %s", got.Status.Reason, got.Status.Message)
 }

@@ -120,7 +120,7 @@ func (m *Manager) Rotate(ctx context.Context, id string) error {
 	if logPath == "" {
 		return nil // the runtime keeps no log file for it
 	}
-	sub, live, err := m.locate(logPath)
+	sub, live, err := locate(m.cfg.PodLogsDir, logPath)
 	if err != nil {
 		return err
 	}
@@ -160,17 +160,20 @@ func (m *Manager) Rotate(ctx context.Context, id string) error {
 	return nil
 }
 
+// ErrNotBelowPodLogsDir is a log path from the runtime outside podLogsDir.
+var ErrNotBelowPodLogsDir = errors.New("not below podLogsDir")
+
 // locate splits a log path from the runtime into its directory below
-// PodLogsDir and its file name, refusing paths that are not below it.
-func (m *Manager) locate(logPath string) (sub, name string, err error) {
-	rel, err := filepath.Rel(m.cfg.PodLogsDir, filepath.Clean(logPath))
+// podLogsDir and its file name, refusing paths that are not below it.
+func locate(podLogsDir, logPath string) (sub, name string, err error) {
+	rel, err := filepath.Rel(podLogsDir, filepath.Clean(logPath))
 	if err == nil && filepath.IsAbs(logPath) && rel != "." {
 		err = safepath.CheckRelative(rel)
 	} else if err == nil {
 		err = safepath.ErrEscape
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("log path %q is not below podLogsDir %s: %w", logPath, m.cfg.PodLogsDir, err)
+		return "", "", fmt.Errorf("log path %q is %w %s: %w", logPath, ErrNotBelowPodLogsDir, podLogsDir, err)
 	}
 	return filepath.Dir(rel), filepath.Base(rel), nil
 }

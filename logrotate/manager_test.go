@@ -424,3 +424,31 @@ func TestRunEveryInterval(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestRemoveLogs: removing a container takes its live and rotated logs, not
+// another instance's, nor anything outside podLogsDir.
+func TestRemoveLogs(t *testing.T) {
+	r := newRig(t, Policy{MaxSize: 1, MaxFiles: 3})
+	for _, n := range []string{"0.log", "0.log.20261205-130000.gz", "0.log.20261205-130500", "0.log.20261205-130600.tmp", "1.log", "1.log.20261205-130000"} {
+		r.write(n, "x\n")
+	}
+	if err := RemoveLogs(r.root, filepath.Join(r.logDir, "0.log")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.files(), []string{"1.log", "1.log.20261205-130000"}; !slices.Equal(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	if err := RemoveLogs(r.root, filepath.Join(r.root, "default_gone_1", "app", "0.log")); err != nil {
+		t.Errorf("logs of a pod whose directory is gone: %v", err)
+	}
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "0.log"), []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveLogs(r.root, filepath.Join(outside, "0.log")); !errors.Is(err, ErrNotBelowPodLogsDir) {
+		t.Errorf("a log outside podLogsDir: %v, want ErrNotBelowPodLogsDir", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "0.log")); err != nil {
+		t.Errorf("the file outside podLogsDir: %v", err)
+	}
+}

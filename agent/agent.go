@@ -400,6 +400,14 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		return nil, err
 	}
 
+	logRotation, err := newLogRotation(kc, rt, clk)
+	if err != nil {
+		return nil, fmt.Errorf("setting up container log rotation: %w", err)
+	}
+	if logRotation == nil {
+		logger.Info("Container log rotation is off: containerLogMaxSize is negative", "containerLogMaxSize", kc.ContainerLogMaxSize)
+	}
+
 	selfCgroup, _ := os.ReadFile("/proc/self/cgroup")
 	sysContainers := summarySystemContainers(kc.KubeletCgroups, opts.RuntimeCgroups, kc.SystemCgroups, string(selfCgroup), cgroupMode)
 	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, clk)
@@ -502,6 +510,9 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	add(&rest, "node controller", nodeCtl.Run)
 	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })
 	add(&rest, "image GC", func(ctx context.Context) { gcs.images.Run(ctx, imageGCPeriod) })
+	if logRotation != nil {
+		add(&rest, "container log rotation", logRotation.Run)
+	}
 	add(&rest, "services informer", envSrc.Run)
 	add(&rest, "configMap and secret watches", objects.Run)
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })

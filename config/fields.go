@@ -56,7 +56,6 @@ func FieldRules() []FieldRule {
 		noCPUManager      = "nodelet has no CPU manager: only cpuManagerPolicy none is supported"
 		noMemoryManager   = "nodelet has no memory manager: only memoryManagerPolicy None is supported"
 		noTopologyManager = "nodelet has no topology manager: only topologyManagerPolicy none (scope container) is supported"
-		noLogRotation     = "nodelet does not rotate container logs (the kubelet's container log manager is not built); the container runtime's log files are kept as written"
 	)
 	return []FieldRule{
 		w("enableServer", "agent.TestEnableServerFalseServesNothing"),
@@ -150,10 +149,10 @@ func FieldRules() []FieldRule {
 		w("featureGates", "config.TestFeatureGates"),
 		w("failSwapOn", "cgroups.TestCheckSwap"),
 		w("memorySwap", "cgroups.TestContainerResourcesSwap"),
-		r("containerLogMaxSize", noLogRotation),
-		r("containerLogMaxFiles", noLogRotation),
-		r("containerLogMaxWorkers", noLogRotation),
-		r("containerLogMonitorInterval", noLogRotation),
+		w("containerLogMaxSize", "agent.TestLogRotationConfig"),
+		w("containerLogMaxFiles", "logrotate.TestManagerRotatesKeepsMaxFiles"),
+		w("containerLogMaxWorkers", "logrotate.TestRotateAllWorkersInParallel"),
+		w("containerLogMonitorInterval", "logrotate.TestRunEveryInterval"),
 		w("configMapAndSecretChangeDetectionStrategy", "podobjects.TestWatchStrategy"),
 		w("systemReserved", "node.TestCapacityAndAllocatable"),
 		w("kubeReserved", "node.TestCapacityAndAllocatable"),

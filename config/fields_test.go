@@ -188,10 +188,10 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.IPTablesDropBit = ptr.To[int32](16)
 		}},
 		{name: "static CPU manager", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.CPUManagerPolicy = "static" }, want: []string{"cpuManagerPolicy"}},
-		{name: "log rotation settings", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
-			kc.ContainerLogMaxSize = "50Mi"
-			kc.ContainerLogMaxFiles = ptr.To[int32](3)
-		}, want: []string{"containerLogMaxSize", "containerLogMaxFiles"}},
+		{name: "two refused fields", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.VolumePluginDir = "/opt/flex"
+			kc.KernelMemcgNotification = true
+		}, want: []string{"volumePluginDir", "kernelMemcgNotification"}},
 		{name: "nested field", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.UserNamespaces.IDsPerPod = ptr.To[int64](2 * 65536)
 		}, want: []string{"userNamespaces.idsPerPod"}},

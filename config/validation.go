@@ -145,8 +145,9 @@ func (v *validator) basics(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	if kc.ContainerLogMaxSize != "" {
 		if q, err := resource.ParseQuantity(kc.ContainerLogMaxSize); err != nil {
 			v.add("containerLogMaxSize", "must be a quantity such as 10Mi: %v", err)
-		} else if q.Sign() <= 0 {
-			v.add("containerLogMaxSize", "must be greater than zero (got %s)", kc.ContainerLogMaxSize)
+		} else if _, ok := q.AsInt64(); !ok {
+			// Negative is valid: upstream's container log manager then rotates nothing.
+			v.add("containerLogMaxSize", "must be a whole number of bytes (got %s)", kc.ContainerLogMaxSize)
 		}
 	}
 	if kc.ContainerLogMaxWorkers != nil && *kc.ContainerLogMaxWorkers < 1 {

@@ -145,6 +145,8 @@ func TestValidate(t *testing.T) {
 		{"memory throttling factor", func(c *kc) { f := 1.5; c.MemoryThrottlingFactor = &f }, "memoryThrottlingFactor:"},
 		{"container log max files", func(c *kc) { c.ContainerLogMaxFiles = int32p(1) }, "containerLogMaxFiles: must be greater than 1"},
 		{"container log max size", func(c *kc) { c.ContainerLogMaxSize = "big" }, "containerLogMaxSize:"},
+		{"container log max size fractional bytes", func(c *kc) { c.ContainerLogMaxSize = "1500m" }, "containerLogMaxSize: must be a whole number of bytes"},
+		{"container log max size negative turns rotation off", func(c *kc) { c.ContainerLogMaxSize = "-1" }, ""},
 		{"container log monitor interval", func(c *kc) { c.ContainerLogMonitorInterval = &metav1.Duration{Duration: time.Second} }, "containerLogMonitorInterval: must be at least 3s"},
 		{"reserved cpus", func(c *kc) { c.ReservedSystemCPUs = "0-x" }, "reservedSystemCPUs: is not a valid cpu list"},
 		{"system reserved quantity", func(c *kc) { c.SystemReserved = map[string]string{"memory": "much"} }, "systemReserved[memory]:"},

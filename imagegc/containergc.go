@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/logrotate"
 )
 
 // DefaultContainerGCPeriod is upstream's ContainerGCPeriod.
@@ -24,6 +25,7 @@ const DefaultContainerGCPeriod = time.Minute
 type RuntimeService interface {
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
 	RemoveContainer(ctx context.Context, containerID string) error
 	RemovePodSandbox(ctx context.Context, podSandboxID string) error
 }
@@ -109,6 +111,12 @@ func (g *ContainerGC) collect(ctx context.Context, policy ContainerPolicy) error
 	removed := map[string]bool{}
 	for _, c := range SelectContainersToRemove(records, policy, deleted, now) {
 		klog.V(2).InfoS("Removing dead container", "containerID", c.ID, "podUID", c.PodUID, "container", c.Name)
+		if err := g.removeContainerLogs(ctx, c.ID); err != nil {
+			// As upstream, the container stays until its logs are gone: once it
+			// is removed nothing says where they were.
+			errs = append(errs, err)
+			continue
+		}
 		if err := g.runtime.RemoveContainer(ctx, c.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.ID, err))
 			continue
@@ -146,6 +154,32 @@ func (g *ContainerGC) collect(ctx context.Context, policy ContainerPolicy) error
 		errs = append(errs, g.removeLogDirs(isDeleted))
 	}
 	return errors.Join(errs...)
+}
+
+// removeContainerLogs removes a dead container's log file and its rotated
+// files, as upstream does before removing the container.
+func (g *ContainerGC) removeContainerLogs(ctx context.Context, id string) error {
+	if g.podLogsDir == "" {
+		return nil
+	}
+	resp, err := g.runtime.ContainerStatus(ctx, id, false)
+	if err != nil {
+		return fmt.Errorf("reading the log path of container %s: %w", id, err)
+	}
+	p := resp.GetStatus().GetLogPath()
+	if p == "" {
+		return nil
+	}
+	err = logrotate.RemoveLogs(g.podLogsDir, p)
+	if errors.Is(err, logrotate.ErrNotBelowPodLogsDir) {
+		// Not nodelet's to delete (another podLogsDir, another agent's container).
+		klog.V(2).InfoS("Leaving the log of a removed container outside podLogsDir", "containerID", id, "path", p)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing the logs of container %s: %w", id, err)
+	}
+	return nil
 }
 
 // removeLogDirs removes <podLogsDir>/<ns>_<name>_<uid> of deleted pods.

@@ -442,3 +442,66 @@ func TestImageManagerRunDetectsAtStart(t *testing.T) {
 		t.Errorf("images left %q: the image detected at start was not old enough to go", got)
 	}
 }
+
+// TestContainerGCRemovesContainerLogs: removing a dead container removes its
+// log and rotated logs (upstream's container log manager Clean); the kept
+// dead instance keeps its logs for `logs --previous`.
+func TestContainerGCRemovesContainerLogs(t *testing.T) {
+	e := newEnv(t)
+	e.fake.AddImage("img")
+	logs := t.TempDir()
+	logDir := filepath.Join(logs, "default_live_uid-live")
+	sandbox := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "live", Namespace: "default", Uid: "uid-live"},
+		Labels:       map[string]string{cri.LabelPodUID: "uid-live", cri.LabelPodName: "live", cri.LabelPodNamespace: "default"},
+		LogDirectory: logDir,
+	}
+	sb, err := e.client.RunPodSandbox(e.ctx, sandbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for a := uint32(0); a < 3; a++ {
+		logPath := fmt.Sprintf("app/%d.log", a)
+		id, err := e.client.CreateContainer(e.ctx, sb, &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "app", Attempt: a},
+			Image:    &runtimeapi.ImageSpec{Image: "img"},
+			Labels:   map[string]string{cri.LabelPodUID: "uid-live", cri.LabelContainerName: "app"},
+			LogPath:  logPath,
+		}, sandbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.client.StartContainer(e.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		e.fake.ExitContainer(id, 0, "")
+		for _, name := range []string{logPath, logPath + ".20261205-140000.gz", logPath + ".20261205-140010"} {
+			if err := os.MkdirAll(filepath.Join(logDir, "app"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(logDir, name), []byte("x\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if a == 2 {
+				want = append(want, filepath.Base(name))
+			}
+		}
+	}
+	gc := NewContainerGC(DefaultContainerPolicy(), e.client, podState{ready: true}, logs, clocktesting.NewFakeClock(time.Now().Add(time.Hour)))
+	if err := gc.GarbageCollect(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(logDir, "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, en := range entries {
+		got = append(got, en.Name())
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("logs left %v, want only the kept dead instance's %v", got, want)
+	}
+}

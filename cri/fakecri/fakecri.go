@@ -813,6 +813,14 @@ func (f *Runtime) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenCo
 	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
 	}
+	// As containerd: the log is opened again by name, a new file if it was renamed.
+	if c.logPath != "" {
+		lf, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "reopening the log of container %s: %v", c.id, err)
+		}
+		_ = lf.Close()
+	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }
 

@@ -163,6 +163,43 @@ func RemoveAll(path string) (kept []string, err error) {
 	return r.kept, errors.Join(r.errs...)
 }
 
+// RemoveAt removes the entry name of the directory open as dir, resolving
+// nothing by path again (dir may be an O_PATH descriptor from safepath), with
+// RemoveAll's rule for one entry: a mount point (a file or directory bind
+// mount) or an entry on another device than dir is left alone and reported as
+// kept. A symlink is removed, never followed; a directory only when empty. An
+// entry already gone is not an error.
+func RemoveAt(dir *os.File, name string) (kept bool, err error) {
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return false, fmt.Errorf("removing %q in %s: not a directory entry name", name, dir.Name())
+	}
+	const mask = unix.STATX_TYPE | unix.STATX_MNT_ID
+	var d, e unix.Statx_t
+	if err := unix.Statx(int(dir.Fd()), "", unix.AT_EMPTY_PATH, mask, &d); err != nil {
+		return false, fmt.Errorf("removing %s/%s: stat of the directory: %w", dir.Name(), name, err)
+	}
+	err = unix.Statx(int(dir.Fd()), name, unix.AT_SYMLINK_NOFOLLOW, mask, &e)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("removing %s/%s: %w", dir.Name(), name, err)
+	}
+	mountRoot := e.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && e.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	otherMount := d.Mask&e.Mask&unix.STATX_MNT_ID != 0 && d.Mnt_id != e.Mnt_id
+	if mountRoot || otherMount || d.Dev_major != e.Dev_major || d.Dev_minor != e.Dev_minor {
+		return true, nil
+	}
+	flags := 0
+	if e.Mode&unix.S_IFMT == unix.S_IFDIR {
+		flags = unix.AT_REMOVEDIR
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, flags); err != nil && !errors.Is(err, unix.ENOENT) {
+		return false, fmt.Errorf("removing %s/%s: %w", dir.Name(), name, err)
+	}
+	return false, nil
+}
+
 type remover struct {
 	mounts map[string]bool
 	kept   []string

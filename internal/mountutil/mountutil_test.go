@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -165,5 +166,60 @@ func TestIsMountPointWithEscapedName(t *testing.T) {
 	}
 	if err := Unmount(dir); err != nil {
 		t.Errorf("second unmount: %v", err)
+	}
+}
+
+func TestRemoveAt(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "dir")
+	write(t, filepath.Join(dir, "file"), "x")
+	write(t, filepath.Join(base, "outside"), "precious")
+	if err := os.Symlink("../outside", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	mkdir(t, filepath.Join(dir, "empty"))
+	write(t, filepath.Join(dir, "full", "f"), "x")
+	// A file bind mount on the same filesystem: only the mount says it is not the dir's.
+	write(t, filepath.Join(dir, "bound"), "")
+	bind(t, filepath.Join(base, "outside"), filepath.Join(dir, "bound"))
+	mkdir(t, filepath.Join(dir, "tmp"))
+	tmpfs(t, filepath.Join(dir, "tmp"))
+
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, tc := range []struct {
+		name    string
+		kept    bool
+		wantErr bool
+		stays   bool // the entry exists afterwards
+	}{
+		{name: "file"},
+		{name: "link"},
+		{name: "empty"},
+		{name: "absent"},
+		{name: "bound", kept: true, stays: true},
+		{name: "tmp", kept: true, stays: true},
+		{name: "full", wantErr: true, stays: true},
+		{name: "../outside", wantErr: true},
+		{name: "..", wantErr: true},
+	} {
+		kept, err := RemoveAt(d, tc.name)
+		if kept != tc.kept || (err != nil) != tc.wantErr {
+			t.Errorf("RemoveAt(%q) = %v, %v; want kept %v, error %v", tc.name, kept, err, tc.kept, tc.wantErr)
+		}
+		if strings.Contains(tc.name, "/") || tc.name == ".." {
+			continue
+		}
+		_, err = os.Lstat(filepath.Join(dir, tc.name))
+		if exists := err == nil; exists != tc.stays {
+			t.Errorf("after RemoveAt(%q): exists %v, want %v", tc.name, exists, tc.stays)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(base, "outside")); err != nil || string(got) != "precious" {
+		t.Errorf("file behind the link and the bind mount: %q, %v", got, err)
 	}
 }

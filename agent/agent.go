@@ -365,6 +365,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
+		SeccompDefault:        ptr.Deref(kc.SeccompDefault, false),
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)

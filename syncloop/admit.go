@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/podutil"
 )
@@ -72,6 +73,10 @@ type AdmitNode struct {
 	OS string
 	// Sysctls are the sysctls pods may set; nil allows none.
 	Sysctls *SysctlAllowlist
+	// Features are the node's status.features as last reported; nil: none yet.
+	Features *v1.NodeFeatures
+	// AppArmorEnabled says the host can enforce AppArmor profiles.
+	AppArmorEnabled bool
 }
 
 // Upstream's reasons and messages for a pod meant for another OS.
@@ -81,12 +86,16 @@ const (
 	reasonOSField      = "PodOSNotSupported"
 	messageOSField     = "Failed to admit pod as the OS field doesn't match node OS"
 	reasonNodeAffinity = "NodeAffinity"
+	reasonSGPolicy     = "SupplementalGroupsPolicyNotSupported"
+	reasonAppArmor     = "AppArmor"
 )
 
 // Admit checks that pod may run on the node next to the already admitted pods,
 // in upstream's order: its sysctls (SysctlForbidden), its OS (the
-// kubernetes.io/os pod label, then spec.os), then pod count and resources
-// (OutOfpods, OutOfcpu, OutOfmemory...), then the node selector (NodeAffinity).
+// kubernetes.io/os pod label, then spec.os), supplementalGroupsPolicy Strict
+// on a runtime without it (SupplementalGroupsPolicyNotSupported), then pod
+// count and resources (OutOfpods, OutOfcpu, OutOfmemory...), then the node
+// selector (NodeAffinity), then AppArmor (AppArmor).
 func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
 	if r := admitSysctls(pod, node.Sysctls); r != nil {
 		return r
@@ -97,6 +106,12 @@ func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
 	}
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != node.OS {
 		return &Rejection{Reason: reasonOSField, Message: messageOSField}
+	}
+	if psc := pod.Spec.SecurityContext; psc != nil && psc.SupplementalGroupsPolicy != nil &&
+		*psc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict &&
+		(node.Features == nil || !ptr.Deref(node.Features.SupplementalGroupsPolicy, false)) {
+		// Upstream refuses rather than silently merging the image's groups.
+		return &Rejection{Reason: reasonSGPolicy, Message: fmt.Sprintf("SupplementalGroupsPolicy=%s is not supported in this node", v1.SupplementalGroupsPolicyStrict)}
 	}
 	allocatable := node.Allocatable
 	if max, ok := allocatable[v1.ResourcePods]; ok && int64(len(admitted))+1 > max.Value() {
@@ -136,6 +151,29 @@ func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
 	for k, v := range pod.Spec.NodeSelector {
 		if node.Labels[k] != v {
 			return &Rejection{Reason: reasonNodeAffinity, Message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"}
+		}
+	}
+	return admitAppArmor(pod, node.AppArmorEnabled)
+}
+
+// admitAppArmor refuses a pending pod asking for an AppArmor profile (other
+// than Unconfined) on a host without AppArmor, or naming an empty Localhost
+// profile, as upstream's AppArmor admit handler: the runtime would otherwise
+// run it unconfined or fail each container.
+func admitAppArmor(pod *v1.Pod, enabled bool) *Rejection {
+	if pod.Status.Phase != v1.PodPending || !podutil.NeedsAppArmor(pod) {
+		return nil
+	}
+	reject := func(err string) *Rejection {
+		return &Rejection{Reason: reasonAppArmor, Message: "Cannot enforce AppArmor: " + err}
+	}
+	if !enabled {
+		return reject("AppArmor is not enabled on the host")
+	}
+	for _, c := range podutil.AllContainers(pod) {
+		p := podutil.AppArmorProfile(pod, &c)
+		if p != nil && p.Type == v1.AppArmorProfileTypeLocalhost && strings.TrimSpace(ptr.Deref(p.LocalhostProfile, "")) == "" {
+			return reject(fmt.Sprintf("invalid empty AppArmor profile name for container %q", c.Name))
 		}
 	}
 	return nil

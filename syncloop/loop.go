@@ -138,6 +138,12 @@ type Deps struct {
 	// Sysctls are the sysctls pods may set (the safe ones and the config's
 	// allowedUnsafeSysctls); nil: the sysctls safe on every kernel.
 	Sysctls *SysctlAllowlist
+	// NodeFeatures, when set, returns the node's status.features as last
+	// reported (supplementalGroupsPolicy admission); nil or none: unsupported.
+	NodeFeatures func() *v1.NodeFeatures
+	// AppArmorEnabled says the host can enforce AppArmor profiles (checked
+	// once at start, as upstream); pods asking for one are refused otherwise.
+	AppArmorEnabled bool
 	// Objects, when set, registers a pod's referenced objects on each sync (as
 	// upstream's SyncPod does) and unregisters them once its volumes are torn down.
 	Objects PodObjects
@@ -412,8 +418,13 @@ func (l *Loop) admit(pod *v1.Pod) *Rejection {
 			}
 		}
 	}
+	var features *v1.NodeFeatures
+	if l.deps.NodeFeatures != nil {
+		features = l.deps.NodeFeatures()
+	}
 	return Admit(pod, active, AdmitNode{
 		Allocatable: l.deps.Node().Allocatable, Labels: l.deps.NodeLabels(), OS: goruntime.GOOS, Sysctls: l.deps.Sysctls,
+		Features: features, AppArmorEnabled: l.deps.AppArmorEnabled,
 	})
 }
 

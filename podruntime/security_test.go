@@ -23,6 +23,19 @@ func localhost(ref string) *runtimeapi.SecurityProfile {
 	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: ref}
 }
 
+// wantedError fails the test unless err is exactly the wanted one (none when
+// want is empty); it reports whether an error was wanted.
+func wantedError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatal(err)
+	case want != "" && (err == nil || err.Error() != want):
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	return want != ""
+}
+
 func securityPod(psc *v1.PodSecurityContext, csc *v1.SecurityContext) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
@@ -115,14 +128,8 @@ func TestSandboxSecurityContext(t *testing.T) {
 				tt.pod(pod)
 			}
 			got, err := sandboxSecurityContext(pod, ns)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
+			if wantedError(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if d := cmp.Diff(tt.want, got, protocmp.Transform()); d != "" {
 				t.Errorf("sandbox security context (-want +got):\n%s", d)
@@ -354,14 +361,8 @@ func TestContainerSecurityContext(t *testing.T) {
 				img = *tt.img
 			}
 			got, err := containerSecurityContext(pod, &pod.Spec.Containers[0], securityOptions{seccompDefault: tt.seccompDefault, seccompRoot: root}, img)
-			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
+			if wantedError(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			want := base()
 			if tt.want != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podobjects"
 	"github.com/nodelet/nodelet/podruntime"
+	"github.com/nodelet/nodelet/procfs"
 	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/status"
 	"github.com/nodelet/nodelet/syncloop"
@@ -237,6 +238,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if _, err := cidrs.update(ctx, kc.PodCIDR); err != nil {
 		logger.Error(err, "Pod CIDR update failed")
 	}
+	// Checked once, as upstream: enabling AppArmor needs a reboot anyway.
+	appArmor := procfs.AppArmorEnabled("/sys")
 	nodeCtl, err := node.New(client, heartbeat, node.Config{
 		NodeName: nodeName,
 		Hostname: hostname,
@@ -247,6 +250,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Version:  Version,
 
 		ExternalCloudProvider: external,
+		AppArmorEnabled:       appArmor,
 	}, rt, func() []string {
 		var reasons []string
 		if err := health.err(); err != nil {
@@ -359,6 +363,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
+		SeccompDefault:        ptr.Deref(kc.SeccompDefault, false),
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -380,6 +385,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		AdmittersAfter: []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
 		Sysctls:        sysctls,
 		Objects:        objects,
+		AppArmorEnabled: appArmor,
 	})
 	a.synced = loop.Synced()
 

@@ -176,7 +176,7 @@ func FieldRules() []FieldRule {
 		r("reservedMemory", noMemoryManager),
 		r("enableProfilingHandler", "nodelet does not serve /debug/pprof", "false"),
 		r("enableDebugFlagsHandler", "nodelet does not serve /debug/flags/v", "false"),
-		r("seccompDefault", "nodelet does not apply the RuntimeDefault seccomp profile to pods that ask for none"),
+		w("seccompDefault", "test/e2e.TestSeccompDefaultRuntimeDefault"),
 		r("memoryThrottlingFactor", "it is only used by the MemoryQoS feature, which nodelet does not build"),
 		r("memoryReservationPolicy", "nodelet does not build memory reservation tiers: only memoryReservationPolicy None is supported"),
 		w("registerWithTaints", "node.TestRegisterCreatesNode"),

@@ -199,9 +199,9 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.Tracing = &tracingapi.TracingConfiguration{}
 		}, want: []string{"tracing"}},
 		{name: "bool set against a default-false feature", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
-			kc.SeccompDefault = ptr.To(true)
+			kc.EnableSystemLogQuery = ptr.To(true)
 			kc.EnableControllerAttachDetach = ptr.To(false)
-		}, want: []string{"enableControllerAttachDetach", "seccompDefault"}},
+		}, want: []string{"enableControllerAttachDetach", "enableSystemLogQuery"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

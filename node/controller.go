@@ -59,6 +59,9 @@ type Config struct {
 	// ExternalCloudProvider is --cloud-provider=external: the Node registers with the
 	// uninitialized taint and leaves its addresses to the cloud controller manager.
 	ExternalCloudProvider bool
+	// AppArmorEnabled says the host enforces AppArmor: a ready node says so in
+	// its Ready condition's message, as upstream's does.
+	AppArmorEnabled bool
 }
 
 // Runtime is the part of the CRI runtime service the controller uses.

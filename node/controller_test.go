@@ -1036,3 +1036,21 @@ func TestLeaseOwnedOnceRegistered(t *testing.T) {
 		return l != nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == "uid-n1"
 	})
 }
+
+// TestReadyMessageSaysAppArmor: a ready node on an AppArmor host says so in
+// its Ready condition's message, as upstream's; a not ready one does not.
+func TestReadyMessageSaysAppArmor(t *testing.T) {
+	var reasons []string
+	c, err := New(nil, nil, Config{NodeName: "n1", AppArmorEnabled: true}, nil, func() []string { return reasons },
+		clocktesting.NewFakeClock(testNow), WithMachineInfo(testMachine()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.readyCondition(); got.Status != v1.ConditionTrue || got.Message != "kubelet is posting ready status. AppArmor enabled" {
+		t.Errorf("ready condition %+v, want the AppArmor note", got)
+	}
+	reasons = []string{"PLEG is not healthy"}
+	if got := c.readyCondition(); got.Status != v1.ConditionFalse || got.Message != "PLEG is not healthy" {
+		t.Errorf("not ready condition %+v, want only the reason", got)
+	}
+}

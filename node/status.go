@@ -135,7 +135,11 @@ func (c *Controller) readyCondition() v1.NodeCondition {
 		reasons = c.ready()
 	}
 	if len(reasons) == 0 {
-		return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: reasonReady, Message: messageReady}
+		msg := messageReady
+		if c.cfg.AppArmorEnabled {
+			msg += ". AppArmor enabled"
+		}
+		return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: reasonReady, Message: msg}
 	}
 	return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: reasonNotReady, Message: strings.Join(reasons, "; ")}
 }

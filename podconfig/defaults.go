@@ -246,6 +246,11 @@ func validateStaticPod(pod *v1.Pod) error {
 		if c.Image == "" {
 			return fmt.Errorf("container %q has no image", c.Name)
 		}
+		// The API server's rule: an unmasked /proc only in the pod's own user namespace.
+		if sc := c.SecurityContext; sc != nil && sc.ProcMount != nil && *sc.ProcMount == v1.UnmaskedProcMount &&
+			(pod.Spec.HostUsers == nil || *pod.Spec.HostUsers) {
+			return fmt.Errorf("container %q: securityContext.procMount: Invalid value: %q: `hostUsers` must be false to use `Unmasked`", c.Name, *sc.ProcMount)
+		}
 	}
 	return nil
 }

@@ -145,6 +145,8 @@ func TestDecodeStaticPodRejects(t *testing.T) {
 		{"sa token", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: s, projected: {sources: [{serviceAccountToken: {path: t}}]}}]\n", "serviceAccountToken"},
 		{"secret env", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i, env: [{name: E, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]\n", "env"},
 		{"service account", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  serviceAccountName: sa\n  containers: [{name: c, image: i}]\n", "service account"},
+		{"unmasked proc in the host user namespace", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: i, securityContext: {procMount: Unmasked}}]\n",
+			"container \"c\": securityContext.procMount: Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -546,5 +548,13 @@ func TestSnapshotSourceReadyOnlyOnceSent(t *testing.T) {
 	}
 	if u := <-c.updates; u.Op != OpAdd || len(u.Pods) != 1 || u.Pods[0].UID != "uid-s" {
 		t.Fatalf("first update after the fillers = %+v, want the snapshot's Add", u)
+	}
+}
+
+// An unmasked /proc is fine in the pod's own user namespace (hostUsers: false).
+func TestDecodeStaticPodUnmaskedProcWithUserNamespace(t *testing.T) {
+	manifest := "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  hostUsers: false\n  containers: [{name: c, image: i, securityContext: {procMount: Unmasked}}]\n"
+	if _, err := decodeOne([]byte(manifest), "/m/f.yaml", testNode); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,7 +56,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	if err != nil || w != nil {
 		return w, err
 	}
-	if err := m.checkRunAsNonRoot(ctx, pod, c, imageRef); err != nil {
+	user, err := m.imageUserOf(ctx, c, imageRef)
+	if err == nil {
+		err = verifyRunAsNonRoot(pod, c, user.uid, user.username)
+	}
+	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("verifying runAsNonRoot of container %s: %w", c.Name, err)
 	}
@@ -79,6 +83,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
+	}
+	linux, err := m.linuxContainerConfig(pod, c, sbCfg, targetID, user)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing the security context of container %s: %w", c.Name, err)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
@@ -105,7 +114,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.AnnotationTerminationMessagePolicy:  string(c.TerminationMessagePolicy),
 			cri.AnnotationPodTerminationGracePeriod: strconv.FormatInt(gracePeriod(pod, nil), 10),
 		},
-		Linux: m.linuxContainerConfig(pod, c, sbCfg, targetID),
+		Linux: linux,
 	}
 	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
 	if err != nil {
@@ -245,54 +254,18 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 
 // linuxContainerConfig maps resources and the security context. targetID
 // (ephemeral containers) puts the container in that container's process
-// namespace.
-func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig, targetID string) *runtimeapi.LinuxContainerConfig {
+// namespace; img is the image's user.
+func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig, targetID string, img imageUserInfo) (*runtimeapi.LinuxContainerConfig, error) {
 	res, warnings := cgroups.ContainerResources(pod, c, m.memoryCapacity(), m.cfg.Resources)
 	for _, w := range warnings {
 		klog.V(2).InfoS("Container resources", "pod", klog.KObj(pod), "container", c.Name, "warning", w)
 	}
-
-	sc := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions: containerNamespaces(sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(), targetID),
-		MaskedPaths:      defaultMaskedPaths(),
-		ReadonlyPaths:    defaultReadonlyPaths(),
+	sc, err := containerSecurityContext(pod, c, m.securityOptions(), img)
+	if err != nil {
+		return nil, err
 	}
-	p := podSecurity(pod)
-	sc.RunAsUser, sc.RunAsGroup, sc.SupplementalGroups, sc.Seccomp = p.runAsUser, p.runAsGroup, p.groups, p.seccomp
-	if csc := c.SecurityContext; csc != nil {
-		if csc.Privileged != nil && *csc.Privileged {
-			sc.Privileged = true
-			sc.MaskedPaths, sc.ReadonlyPaths = nil, nil
-		}
-		if csc.ProcMount != nil && *csc.ProcMount == v1.UnmaskedProcMount {
-			sc.MaskedPaths, sc.ReadonlyPaths = nil, nil
-		}
-		if csc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
-		}
-		if csc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *csc.RunAsGroup}
-		}
-		if csc.ReadOnlyRootFilesystem != nil {
-			sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
-		}
-		if csc.AllowPrivilegeEscalation != nil {
-			sc.NoNewPrivs = !*csc.AllowPrivilegeEscalation
-		}
-		if caps := csc.Capabilities; caps != nil {
-			sc.Capabilities = &runtimeapi.Capability{}
-			for _, a := range caps.Add {
-				sc.Capabilities.AddCapabilities = append(sc.Capabilities.AddCapabilities, capName(a))
-			}
-			for _, d := range caps.Drop {
-				sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, capName(d))
-			}
-		}
-		if csc.SeccompProfile != nil {
-			sc.Seccomp = seccompProfile(csc.SeccompProfile)
-		}
-	}
-	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}
+	sc.NamespaceOptions = containerNamespaces(sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(), targetID)
+	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}, nil
 }
 
 // containerNamespaces are the sandbox's namespace options, with the process
@@ -311,14 +284,6 @@ func containerNamespaces(sandbox *runtimeapi.NamespaceOption, targetID string) *
 		TargetId:      targetID,
 		UsernsOptions: sandbox.GetUsernsOptions(),
 	}
-}
-
-func capName(c v1.Capability) string {
-	s := strings.ToUpper(string(c))
-	if s == "ALL" || strings.HasPrefix(s, "CAP_") {
-		return s
-	}
-	return "CAP_" + s
 }
 
 func (m *Manager) memoryCapacity() int64 {

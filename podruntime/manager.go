@@ -98,6 +98,9 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
+	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
+	// pod and container ask for no seccomp profile get RuntimeDefault.
+	SeccompDefault bool
 }
 
 // PullRecords is the image pull credential verification (pullrecords.Manager).

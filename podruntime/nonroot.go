@@ -79,17 +79,14 @@ func verifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, uid *int64, username strin
 	return nil
 }
 
-// checkRunAsNonRoot applies verifyRunAsNonRoot, asking the runtime for the
-// image's user only when it decides: runAsNonRoot without runAsUser.
-func (m *Manager) checkRunAsNonRoot(ctx context.Context, pod *v1.Pod, c *v1.Container, imageRef string) error {
-	nonRoot, runAsUser := nonRootPolicy(pod, c)
-	if !nonRoot || runAsUser != nil {
-		return verifyRunAsNonRoot(pod, c, nil, "")
-	}
+// imageUserOf asks the runtime which user the container's image runs as. As
+// upstream, it is asked for every container start: the answer is both the
+// runAsNonRoot check's and the security context's when runAsUser is unset.
+func (m *Manager) imageUserOf(ctx context.Context, c *v1.Container, imageRef string) (imageUserInfo, error) {
 	resp, err := m.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image}, false)
 	if err != nil {
-		return fmt.Errorf("reading the user of image %s: %w", c.Image, err)
+		return imageUserInfo{}, fmt.Errorf("reading the user of image %s: %w", c.Image, err)
 	}
 	uid, username := imageUser(resp.GetImage())
-	return verifyRunAsNonRoot(pod, c, uid, username)
+	return imageUserInfo{uid: uid, username: username}, nil
 }

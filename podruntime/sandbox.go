@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cri"
@@ -72,26 +73,16 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 	if pod.Spec.HostIPC {
 		ns.Ipc = runtimeapi.NamespaceMode_NODE
 	}
-	sc := &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
-	p := podSecurity(pod)
-	sc.RunAsUser, sc.RunAsGroup, sc.SupplementalGroups, sc.Seccomp = p.runAsUser, p.runAsGroup, p.groups, p.seccomp
-	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
-			sc.Privileged = true
-		}
-	}
-	// Ephemeral containers count too, as upstream (they only matter to a
-	// sandbox created after they were added: a new one, or a re-created one).
-	for _, c := range pod.Spec.EphemeralContainers {
-		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
-			sc.Privileged = true
-		}
+	sc, err := sandboxSecurityContext(pod, ns)
+	if err != nil {
+		return nil, err
 	}
 	linux := &runtimeapi.LinuxPodSandboxConfig{SecurityContext: sc, CgroupParent: m.cfg.CgroupParent(pod)}
 	if psc := pod.Spec.SecurityContext; psc != nil && len(psc.Sysctls) > 0 {
 		linux.Sysctls = map[string]string{}
 		for _, s := range psc.Sysctls {
-			linux.Sysctls[s.Name] = s.Value
+			// Dots as separators, as upstream converts them before runc checks them.
+			linux.Sysctls[utilsysctl.NormalizeName(s.Name)] = s.Value
 		}
 	}
 	cfg.Linux = linux
@@ -143,49 +134,4 @@ func podHostname(pod *v1.Pod) (string, error) {
 		return "", fmt.Errorf("pod %s/%s has no usable hostname", pod.Namespace, pod.Name)
 	}
 	return h, nil
-}
-
-// podSettings are the pod-level security settings both the sandbox and its
-// containers carry.
-type podSettings struct {
-	runAsUser, runAsGroup *runtimeapi.Int64Value
-	groups                []int64
-	seccomp               *runtimeapi.SecurityProfile
-}
-
-func podSecurity(pod *v1.Pod) podSettings {
-	var p podSettings
-	psc := pod.Spec.SecurityContext
-	if psc == nil {
-		return p
-	}
-	if psc.RunAsUser != nil {
-		p.runAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
-	}
-	if psc.RunAsGroup != nil {
-		p.runAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
-	}
-	p.groups = append(p.groups, psc.SupplementalGroups...)
-	if psc.FSGroup != nil {
-		p.groups = append(p.groups, *psc.FSGroup)
-	}
-	if psc.SeccompProfile != nil {
-		p.seccomp = seccompProfile(psc.SeccompProfile)
-	}
-	return p
-}
-
-func seccompProfile(p *v1.SeccompProfile) *runtimeapi.SecurityProfile {
-	switch p.Type {
-	case v1.SeccompProfileTypeRuntimeDefault:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
-	case v1.SeccompProfileTypeLocalhost:
-		lp := ""
-		if p.LocalhostProfile != nil {
-			lp = *p.LocalhostProfile
-		}
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: lp}
-	default:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
-	}
 }

@@ -316,6 +316,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			cs.Image = cur.GetImage().GetImage()
 		}
 		cs.RestartCount = restartCount(cur)
+		cs.User = containerUser(cur.GetUser())
 		switch cur.State {
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			cs.State.Running = &v1.ContainerStateRunning{StartedAt: nanoTime(cur.StartedAt)}
@@ -373,6 +374,20 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			}
 		}
 		out = append(out, withStartedFlag(cs, kind))
+	}
+	return out
+}
+
+// containerUser is the identity the runtime reports the container's first
+// process runs with (status.containerStatuses[].user), as upstream copies it
+// from CRI ContainerStatus; nil when the runtime reports none.
+func containerUser(u *runtimeapi.ContainerUser) *v1.ContainerUser {
+	if u == nil {
+		return nil
+	}
+	out := &v1.ContainerUser{}
+	if l := u.GetLinux(); l != nil {
+		out.Linux = &v1.LinuxContainerUser{UID: l.GetUid(), GID: l.GetGid(), SupplementalGroups: l.GetSupplementalGroups()}
 	}
 	return out
 }

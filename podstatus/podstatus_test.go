@@ -403,3 +403,26 @@ func TestFailedInitContainer(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestContainerUser: status.containerStatuses[].user is what the runtime's
+// ContainerStatus reports for the newest instance, running or exited, as
+// upstream copies it; nothing when the runtime reports nothing.
+func TestContainerUser(t *testing.T) {
+	p := pod(v1.RestartPolicyAlways, "a", "b", "c")
+	a := cs("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 2, "0")
+	a.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{Uid: 1000, Gid: 3000, SupplementalGroups: []int64{3000, 4000}}}
+	b := cs("b", runtimeapi.ContainerState_CONTAINER_EXITED, 1, 2, "0")
+	b.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{Uid: 0, Gid: 0, SupplementalGroups: []int64{0, 10}}}
+	c := cs("c", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 2, "0")
+	s := Generate(Input{Pod: p, Runtime: &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), Containers: []*runtimeapi.ContainerStatus{a, b, c}}, Now: now})
+	want := map[string]*v1.ContainerUser{
+		"a": {Linux: &v1.LinuxContainerUser{UID: 1000, GID: 3000, SupplementalGroups: []int64{3000, 4000}}},
+		"b": {Linux: &v1.LinuxContainerUser{UID: 0, GID: 0, SupplementalGroups: []int64{0, 10}}},
+		"c": nil,
+	}
+	for _, st := range s.ContainerStatuses {
+		if d := cmp.Diff(want[st.Name], st.User); d != "" {
+			t.Errorf("%s user (-want +got):\n%s", st.Name, d)
+		}
+	}
+}

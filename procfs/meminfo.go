@@ -1,4 +1,4 @@
-// Package procfs reads the kernel's /proc files that more than one part of nodelet needs.
+// Package procfs reads the kernel's /proc and /sys files that more than one part of nodelet needs.
 package procfs
 
 import (

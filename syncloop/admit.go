@@ -13,6 +13,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/podutil"
 )
@@ -94,6 +95,8 @@ type AdmitNode struct {
 	OS string
 	// Sysctls are the sysctls pods may set; nil allows none.
 	Sysctls *SysctlAllowlist
+	// AppArmorEnabled says the host can enforce AppArmor profiles.
+	AppArmorEnabled bool
 }
 
 // Upstream's reasons and messages for rejections no preemption can help with.
@@ -106,6 +109,7 @@ const (
 	// reasonUnexpected is upstream's UnexpectedAdmissionError: here, a critical
 	// pod that no preemption can make room for.
 	reasonUnexpected = "UnexpectedAdmissionError"
+	reasonAppArmor   = "AppArmor"
 )
 
 // The scheduler filters upstream's admission runs: a failure's reason is the
@@ -165,7 +169,7 @@ func Admit(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) *Rejection {
 	} else if len(unfits) > 0 {
 		return unfits[0].rejection()
 	}
-	return nil
+	return admitAppArmor(pod, node.AppArmorEnabled)
 }
 
 // admissionChecks returns the first rejection no preemption could help with, or
@@ -395,4 +399,27 @@ func hostPortsConflict(pod *v1.Pod, admitted []*v1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// admitAppArmor refuses a pending pod asking for an AppArmor profile (other
+// than Unconfined) on a host without AppArmor, or naming an empty Localhost
+// profile, as upstream's AppArmor admit handler: the runtime would otherwise
+// run it unconfined or fail each container.
+func admitAppArmor(pod *v1.Pod, enabled bool) *Rejection {
+	if pod.Status.Phase != v1.PodPending || !podutil.NeedsAppArmor(pod) {
+		return nil
+	}
+	reject := func(err string) *Rejection {
+		return &Rejection{Reason: reasonAppArmor, Message: "Cannot enforce AppArmor: " + err}
+	}
+	if !enabled {
+		return reject("AppArmor is not enabled on the host")
+	}
+	for _, c := range podutil.AllContainers(pod) {
+		p := podutil.AppArmorProfile(pod, &c)
+		if p != nil && p.Type == v1.AppArmorProfileTypeLocalhost && strings.TrimSpace(ptr.Deref(p.LocalhostProfile, "")) == "" {
+			return reject(fmt.Sprintf("invalid empty AppArmor profile name for container %q", c.Name))
+		}
+	}
+	return nil
 }

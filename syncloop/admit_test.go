@@ -64,6 +64,28 @@ func TestAdmit(t *testing.T) {
 		}
 	}
 	one := []*v1.Pod{newPod(cpu("1500m"))}
+	sgPolicy := func(pol v1.SupplementalGroupsPolicy) mod {
+		return func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroupsPolicy: &pol} }
+	}
+	withSGP := func(supported *bool) *AdmitNode {
+		n := node
+		n.SupplementalGroupsPolicy = ptr.Deref(supported, false)
+		return &n
+	}
+	pending := func(p *v1.Pod) { p.Status.Phase = v1.PodPending }
+	appArmor := func(typ v1.AppArmorProfileType) mod {
+		return func(p *v1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: typ}}
+		}
+	}
+	annotation := func(v string) mod {
+		return func(p *v1.Pod) {
+			p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": v}
+		}
+	}
+	appArmorHost := func() *AdmitNode { n := node; n.AppArmorEnabled = true; return &n }
+	noAppArmor := "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+	sgpMsg := "SupplementalGroupsPolicy=Strict is not supported in this node"
 
 	tests := []struct {
 		name     string
@@ -111,6 +133,29 @@ func TestAdmit(t *testing.T) {
 			reason: "OutOfpods", message: "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"},
 		{name: "resources come before the node selector", pod: newPod(cpu("3"), selector("disk", "hdd")), reason: "OutOfcpu",
 			message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
+		// supplementalGroupsPolicy Strict needs the runtime's support (node status.features).
+		{name: "Strict before the node reports features", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyStrict)),
+			reason: "SupplementalGroupsPolicyNotSupported", message: sgpMsg},
+		{name: "Strict on a runtime without it", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyStrict)), node: withSGP(ptr.To(false)),
+			reason: "SupplementalGroupsPolicyNotSupported", message: sgpMsg},
+		{name: "Strict on a runtime with it", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyStrict)), node: withSGP(ptr.To(true))},
+		{name: "Merge needs no support", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyMerge)), node: withSGP(ptr.To(false))},
+		{name: "the OS comes before supplementalGroupsPolicy", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyStrict), osField("windows")),
+			reason: "PodOSNotSupported", message: "Failed to admit pod as the OS field doesn't match node OS"},
+		{name: "supplementalGroupsPolicy comes before resources", pod: newPod(sgPolicy(v1.SupplementalGroupsPolicyStrict), cpu("3")),
+			reason: "SupplementalGroupsPolicyNotSupported", message: sgpMsg},
+		// AppArmor, on a host without it unless the node says otherwise.
+		{name: "an AppArmor profile on a host without AppArmor", pod: newPod(pending, appArmor(v1.AppArmorProfileTypeRuntimeDefault)),
+			reason: "AppArmor", message: noAppArmor},
+		{name: "an AppArmor annotation on a host without AppArmor", pod: newPod(pending, annotation("localhost/k8s-x")),
+			reason: "AppArmor", message: noAppArmor},
+		{name: "Unconfined needs no AppArmor", pod: newPod(pending, appArmor(v1.AppArmorProfileTypeUnconfined), annotation("unconfined"))},
+		{name: "a running pod is not checked again", pod: newPod(appArmor(v1.AppArmorProfileTypeRuntimeDefault), func(p *v1.Pod) { p.Status.Phase = v1.PodRunning })},
+		{name: "an AppArmor profile on a host with AppArmor", pod: newPod(pending, appArmor(v1.AppArmorProfileTypeRuntimeDefault)), node: appArmorHost()},
+		{name: "an empty Localhost AppArmor profile", pod: newPod(pending, annotation("localhost/ ")), node: appArmorHost(),
+			reason: "AppArmor", message: `Cannot enforce AppArmor: invalid empty AppArmor profile name for container "c"`},
+		{name: "resources come before AppArmor", pod: newPod(pending, appArmor(v1.AppArmorProfileTypeRuntimeDefault), cpu("3")),
+			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

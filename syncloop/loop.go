@@ -141,6 +141,9 @@ type Deps struct {
 	// Sysctls are the sysctls pods may set (the safe ones and the config's
 	// allowedUnsafeSysctls); nil: the sysctls safe on every kernel.
 	Sysctls *SysctlAllowlist
+	// AppArmorEnabled says the host can enforce AppArmor profiles (checked
+	// once at start, as upstream); pods asking for one are refused otherwise.
+	AppArmorEnabled bool
 	// Objects, when set, registers a pod's referenced objects on each sync (as
 	// upstream's SyncPod does) and unregisters them once its volumes are torn down.
 	Objects PodObjects
@@ -474,7 +477,7 @@ func (l *Loop) admitNode(ctx context.Context, fresh bool) AdmitNode {
 	sgp := n.Status.Features != nil && n.Status.Features.SupplementalGroupsPolicy != nil && *n.Status.Features.SupplementalGroupsPolicy
 	return AdmitNode{
 		Name: n.Name, Allocatable: alloc, Labels: n.Labels, Taints: n.Spec.Taints, SupplementalGroupsPolicy: sgp,
-		OS: goruntime.GOOS, Sysctls: l.deps.Sysctls,
+		OS: goruntime.GOOS, Sysctls: l.deps.Sysctls, AppArmorEnabled: l.deps.AppArmorEnabled,
 	}
 }
 

@@ -56,7 +56,7 @@ func DecideAdmission(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) Admission 
 		return Admission{Rejection: rej}
 	}
 	if len(unfits) == 0 {
-		return Admission{}
+		return Admission{Rejection: admitAppArmor(pod, node.AppArmorEnabled)}
 	}
 	recheck := true
 	for _, u := range unfits {
@@ -73,6 +73,10 @@ func DecideAdmission(pod *v1.Pod, admitted []*v1.Pod, node AdmitNode) Admission 
 			}
 		}
 		if len(other) == 0 {
+			// A pod AppArmor refuses anyway stops no one.
+			if rej := admitAppArmor(pod, node.AppArmorEnabled); rej != nil {
+				return Admission{Rejection: rej}
+			}
 			victims, err := podsToPreempt(pod, admitted, need)
 			if err != nil {
 				return Admission{Rejection: &Rejection{Reason: reasonUnexpected,

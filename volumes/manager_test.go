@@ -893,6 +893,18 @@ func TestFSGroupAndFsUser(t *testing.T) {
 			t.Errorf("%s: uid %d gid %d mode %v, want %d %d %v", tt.path, uid, gid, md, tt.uid, tt.gid, tt.mode)
 		}
 	}
+	// The links themselves belong to the fsGroup too (upstream's Lchown), and
+	// their targets keep their modes.
+	for _, link := range []string{"key", dataDirName} {
+		p := filepath.Join(volPath(root, pod.UID, pluginConfigMap, "c"), link)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gid := fi.Sys().(*syscall.Stat_t).Gid; fi.Mode()&os.ModeSymlink == 0 || gid != 2000 {
+			t.Errorf("%s: mode %v gid %d, want a link of group 2000", p, fi.Mode(), gid)
+		}
+	}
 
 	// A restarted manager (no memory of what it wrote) recognises the
 	// unchanged configMap on disk and does not rewrite it.

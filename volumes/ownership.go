@@ -49,8 +49,9 @@ func fsUserOf(pod *v1.Pod) *int64 {
 }
 
 // applyFSGroup gives the volume to the pod's fsGroup: group ownership of
-// everything under dir and the group bits above. Symlinks are skipped (the
-// atomic writer's links point inside the volume anyway).
+// everything under dir, symlinks included (the link itself, as upstream's
+// Lchown), and the group bits above on all but symlinks (a chmod would reach
+// the link's target).
 func applyFSGroup(dir string, gid int64, readOnly bool) error {
 	mask := rwMask
 	if readOnly {
@@ -60,15 +61,15 @@ func applyFSGroup(dir string, gid int64, readOnly bool) error {
 		if err != nil {
 			return err
 		}
+		if err := os.Lchown(path, -1, int(gid)); err != nil {
+			return fmt.Errorf("setting group %d on %s: %w", gid, path, err)
+		}
 		if d.Type()&fs.ModeSymlink != 0 {
 			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
 			return err
-		}
-		if err := os.Lchown(path, -1, int(gid)); err != nil {
-			return fmt.Errorf("setting group %d on %s: %w", gid, path, err)
 		}
 		m := mask
 		if info.IsDir() {

@@ -349,6 +349,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		status.WithDeleteWhenReclaimed(queries.canDeletePod),
 		status.WithMetrics(reg))
 	probes := newProbes(rt, statusMgr, recorder, clk)
+	imageVolumes := podruntime.ImageVolumeSupport(ver.RuntimeName, ver.RuntimeVersion)
+	if imageVolumes != nil {
+		logger.Info("Pods' image volumes will fail on this runtime", "reason", imageVolumes)
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
@@ -365,6 +369,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
+		ImageVolumeSupport:    imageVolumes,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)

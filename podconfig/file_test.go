@@ -156,22 +156,6 @@ func TestDecodeStaticPodRejects(t *testing.T) {
 	}
 }
 
-func TestPullPolicyFor(t *testing.T) {
-	tests := map[string]v1.PullPolicy{
-		"nginx":                          v1.PullAlways,
-		"nginx:latest":                   v1.PullAlways,
-		"nginx:1.25":                     v1.PullIfNotPresent,
-		"localhost:5000/nginx":           v1.PullAlways,
-		"localhost:5000/nginx:1":         v1.PullIfNotPresent,
-		"nginx@sha256:0123456789abcdef0": v1.PullIfNotPresent,
-	}
-	for image, want := range tests {
-		if got := pullPolicyFor(image); got != want {
-			t.Errorf("pullPolicyFor(%q) = %s, want %s", image, got, want)
-		}
-	}
-}
-
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

@@ -98,6 +98,9 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
+	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
+	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
+	ImageVolumeSupport error
 }
 
 // PullRecords is the image pull credential verification (pullrecords.Manager).
@@ -289,7 +292,16 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return res, err
 	}
 
+	imageVolumeFailures := m.pullImageVolumes(ctx, pod, vols, sbCfg)
 	start := func(c *v1.Container, targetID string) error {
+		if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
+			// As its own image would: the container waits with the pull's reason.
+			res.Waiting[c.Name] = f.waiting
+			if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				res.RequeueAfter = d
+			}
+			return f.err
+		}
 		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
 		if w == nil && err == nil {
 			res.Changed = true
@@ -297,7 +309,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if w != nil {
 			res.Waiting[c.Name] = *w
 			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
-				if d := m.imageBackoff.Get(imageBackoffKey(pod, c)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
 					res.RequeueAfter = d
 				}
 			}

@@ -329,6 +329,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if err != nil {
 		return nil, fmt.Errorf("setting up image pull credential verification: %w", err)
 	}
+	credProviders, err := credentialProviders(opts, reg)
+	if err != nil {
+		return nil, err
+	}
 
 	var sources []string
 	if kc.StaticPodPath != "" {
@@ -370,6 +374,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
 		ImageVolumeSupport:    imageVolumes,
+		CredentialProviders:   credProviders,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)

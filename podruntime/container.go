@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -407,7 +408,7 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
 		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
 	}
-	auths := creds()
+	auths := append(slices.Clip(creds()), m.providerCredentials(ctx, image)...)
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
 	queued := m.clock.Now()
 	select {

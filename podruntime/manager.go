@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/credentialprovider"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -98,6 +99,9 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
+	// CredentialProviders, when set, are the image credential provider
+	// plugins asked for registry credentials after the pod's pull secrets.
+	CredentialProviders CredentialProviders
 	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
 	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
 	ImageVolumeSupport error
@@ -109,6 +113,14 @@ type PullRecords interface {
 	RecordPullIntent(ctx context.Context, image string) error
 	RecordImagePulled(ctx context.Context, image, imageRef string, creds *kubeletconfigv1beta1.ImagePullCredentials)
 	RecordImagePullFailed(ctx context.Context, image string)
+}
+
+// CredentialProviders are the node's image credential provider plugins
+// (credentialprovider.Providers).
+type CredentialProviders interface {
+	// Provide returns the credentials the plugins give for image, a
+	// schemeless repository without tag or digest.
+	Provide(ctx context.Context, image string) []credentialprovider.Credential
 }
 
 // PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).

@@ -79,6 +79,10 @@ func TestImageVolume(t *testing.T) {
 	script := `cat /vol/data/hello.txt; cat /sub/config; test -x /priv/bin/busybox && echo private-busybox-mounted;` +
 		` if touch /vol/x 2>/dev/null; then echo WRITABLE; else echo read-only; fi; sleep 3600`
 	pod := f.BusyboxPod(ns, "imgvol", "sh", "-c", script)
+	// The container runs the registry's busybox too: it has the rig busybox's image ID, and
+	// once the pod pulled that ID with its secret, the pull records no longer take the
+	// local name for a preloaded image (imagePullCredentialsVerificationPolicy).
+	pod.Spec.Containers[0].Image, pod.Spec.Containers[0].ImagePullPolicy = private, v1.PullIfNotPresent
 	pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}}
 	pod.Spec.Volumes = []v1.Volume{
 		{Name: "data", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: data, PullPolicy: v1.PullIfNotPresent}}},

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,16 +36,8 @@ func buildTestProvider(t *testing.T, dir, name string) {
 func TestImageCredentialProvider(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	reg, user, pass, image := f.Env.All["REGISTRY"], f.Env.All["REGISTRY_USER"], f.Env.All["REGISTRY_PASSWORD"], f.Env.All["REGISTRY_IMAGE"]
-	if reg == "" || image == "" {
-		t.Fatal("rig.env has no REGISTRY: the rig predates its registry, rerun test/rig/up.sh")
-	}
-	rmImage := func() { _ = exec.Command(f.Env.Ctr, "images", "rm", image).Run() }
-	rmImage()
-	t.Cleanup(rmImage)
-	if tags, _ := f.CRI.ImageTags(ctx); slices.Contains(tags, image) {
-		t.Fatalf("could not remove %s before the test", image)
-	}
+	r := privateRegistry(t, f)
+	reg, image := r.host, r.image
 
 	dir := t.TempDir()
 	binDir := filepath.Join(dir, "bin")
@@ -66,7 +57,7 @@ providers:
   - {name: PROVIDER_PASSWORD, value: %q}
   - {name: PROVIDER_CACHE_KEY_TYPE, value: Registry}
   - {name: PROVIDER_LOG, value: %q}
-`, reg, user, pass, runs)), 0o600); err != nil {
+`, reg, r.user, r.password, runs)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ns := f.NewNamespace()

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/podruntime"
@@ -30,10 +27,7 @@ import (
 func TestImageVolume(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	reg, user, pass, private := f.Env.All["REGISTRY"], f.Env.All["REGISTRY_USER"], f.Env.All["REGISTRY_PASSWORD"], f.Env.All["REGISTRY_IMAGE"]
-	if reg == "" || private == "" {
-		t.Fatal("rig.env has no REGISTRY: the rig predates its registry, rerun test/rig/up.sh")
-	}
+	private := privateRegistry(t, f)
 	ver, err := f.CRI.Version(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -52,28 +46,10 @@ func TestImageVolume(t *testing.T) {
 	run(filepath.Join(f.Env.RigDir, "bin", "mkimage"), "-kind", "scratch", "-name", data, "-o", tar,
 		"-text", `/data/hello.txt=hello from an image volume\n`, "-text", `/etc/app/config=mode=subpath\n`)
 	run(f.Env.Ctr, "images", "import", tar)
-	rmImages := func() {
-		for _, img := range []string{data, private} {
-			_ = exec.Command(f.Env.Ctr, "images", "rm", img).Run()
-		}
-	}
-	_ = exec.Command(f.Env.Ctr, "images", "rm", private).Run() // the private one is pulled for the pod
-	t.Cleanup(rmImages)
+	t.Cleanup(func() { _ = exec.Command(f.Env.Ctr, "images", "rm", data).Run() })
 
 	ns := f.NewNamespace()
-	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{reg: map[string]string{
-		"auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
-		Type:       v1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{v1.DockerConfigJsonKey: cfg},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	private.createSecret(ctx, t, f, ns, "regcred")
 	startNode(t, f, framework.NodeletOptions{})
 
 	script := `cat /vol/data/hello.txt; cat /sub/config; test -x /priv/bin/busybox && echo private-busybox-mounted;` +
@@ -82,11 +58,11 @@ func TestImageVolume(t *testing.T) {
 	// The container runs the registry's busybox too: it has the rig busybox's image ID, and
 	// once the pod pulled that ID with its secret, the pull records no longer take the
 	// local name for a preloaded image (imagePullCredentialsVerificationPolicy).
-	pod.Spec.Containers[0].Image, pod.Spec.Containers[0].ImagePullPolicy = private, v1.PullIfNotPresent
+	pod.Spec.Containers[0].Image, pod.Spec.Containers[0].ImagePullPolicy = private.image, v1.PullIfNotPresent
 	pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}}
 	pod.Spec.Volumes = []v1.Volume{
 		{Name: "data", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: data, PullPolicy: v1.PullIfNotPresent}}},
-		{Name: "priv", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: private, PullPolicy: v1.PullAlways}}},
+		{Name: "priv", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: private.image, PullPolicy: v1.PullAlways}}},
 	}
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{
 		{Name: "data", MountPath: "/vol"},
@@ -108,7 +84,7 @@ func TestImageVolume(t *testing.T) {
 
 	f.WaitForPodReady(ctx, ns, "imgvol", 2*time.Minute)
 	pulling := waitForEvent(ctx, t, f, ns, "imgvol", "Pulling", 30*time.Second)
-	if want := fmt.Sprintf("Pulling image %q", private); pulling.Message != want {
+	if want := fmt.Sprintf("Pulling image %q", private.image); pulling.Message != want {
 		t.Errorf("Pulling event %q, want %q (the private image volume, pulled with the pod's secret)", pulling.Message, want)
 	}
 	var logs string

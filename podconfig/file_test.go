@@ -46,6 +46,13 @@ spec:
       valueFrom:
         fieldRef:
           fieldPath: spec.nodeName
+  volumes:
+  - name: data
+    image:
+      reference: registry.example.com/data
+  - name: pinned
+    image:
+      reference: registry.example.com/data:v1
 `
 
 func TestDecodeStaticPodDefaults(t *testing.T) {
@@ -81,6 +88,8 @@ func TestDecodeStaticPodDefaults(t *testing.T) {
 		{"source", pod.Annotations[podutil.AnnotationConfigSource], podutil.SourceFile},
 		{"phase", pod.Status.Phase, v1.PodPending},
 		{"labels kept", pod.Labels["app"], "web"},
+		{"image volume pull latest", pod.Spec.Volumes[0].Image.PullPolicy, v1.PullAlways},
+		{"image volume pull tagged", pod.Spec.Volumes[1].Image.PullPolicy, v1.PullIfNotPresent},
 		{"toleration", pod.Spec.Tolerations, []v1.Toleration{{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}},
 	}
 	for _, c := range checks {

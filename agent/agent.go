@@ -327,6 +327,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if err != nil {
 		return nil, fmt.Errorf("setting up image pull credential verification: %w", err)
 	}
+	credProviders, err := credentialProviders(opts, reg)
+	if err != nil {
+		return nil, err
+	}
 
 	var sources []string
 	if kc.StaticPodPath != "" {
@@ -347,6 +351,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		status.WithDeleteWhenReclaimed(queries.canDeletePod),
 		status.WithMetrics(reg))
 	probes := newProbes(rt, statusMgr, recorder, clk)
+	imageVolumes := podruntime.ImageVolumeSupport(ver.RuntimeName, ver.RuntimeVersion)
+	if imageVolumes != nil {
+		logger.Info("Pods' image volumes will fail on this runtime", "reason", imageVolumes)
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
@@ -364,6 +372,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
 		SeccompDefault:        ptr.Deref(kc.SeccompDefault, false),
+		ImageVolumeSupport:    imageVolumes,
+		CredentialProviders:   credProviders,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -381,10 +391,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
 		// Upstream's order: the eviction manager's handler first, node shutdown's last.
-		Admitters:      []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
-		AdmittersAfter: []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
-		Sysctls:        sysctls,
-		Objects:        objects,
+		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
+		AdmittersAfter:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
+		Sysctls:         sysctls,
+		Objects:         objects,
 		AppArmorEnabled: appArmor,
 	})
 	a.synced = loop.Synced()

@@ -114,7 +114,7 @@ func nodeletGates() map[string]nodeletGate {
 		"KubeletInUserNamespace":                           lacking("running in a user namespace"),
 		"KubeletRegistrationGetOnExistsOnly":               lacking("the deprecated registration GET"),
 		"KubeletSeparateDiskGC":                            lacking("separate image and container filesystems"),
-		"KubeletServiceAccountTokenForCredentialProviders": lacking("image credential provider plugins"),
+		"KubeletServiceAccountTokenForCredentialProviders": lacking("service account tokens for credential provider plugins (tokenAttributes)"),
 		"LocalStorageCapacityIsolationFSQuotaMonitoring":   lacking("filesystem quota monitoring"),
 		"MemoryQoS":                                        lacking("memory QoS (memory.high)"),
 		"PodAndContainerStatsFromCRI":                      lacking("pod and container stats from the CRI"),

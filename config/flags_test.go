@@ -470,32 +470,20 @@ func TestLoadKubeadmFlagsEnv(t *testing.T) {
 	}
 }
 
-// TestLoadManagedNodeBootstrapFlags: an EKS-style bootstrap command line.
-// Credential provider plugins are not built, so the two flags are refused,
-// each by name; everything else on the line is taken.
+// TestLoadManagedNodeBootstrapFlags: an EKS-style bootstrap command line is
+// taken whole, the credential provider plugin flags included (the agent reads
+// the plugins' config at start).
 func TestLoadManagedNodeBootstrapFlags(t *testing.T) {
 	env := `KUBELET_EXTRA_ARGS="--node-labels=eks.amazonaws.com/nodegroup=ng-1,eks.amazonaws.com/capacityType=ON_DEMAND --register-with-taints=dedicated=gpu:NoSchedule --max-pods=58 --image-credential-provider-config=/etc/eks/image-credential-provider/config.json --image-credential-provider-bin-dir=/etc/eks/image-credential-provider"` + "\n"
 	cfg := writeFile(t, t.TempDir(), "config.json", `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","clusterDNS":["172.20.0.10"],"cgroupDriver":"systemd"}`)
 	args := append([]string{"--config=" + cfg, "--cloud-provider=external", "--hostname-override=ip-10-0-0-5.ec2.internal"}, envArgs(t, env, "KUBELET_EXTRA_ARGS")...)
-	_, err := Load(args)
-	for _, want := range []string{
-		"--image-credential-provider-config=/etc/eks/image-credential-provider/config.json: kubelet image credential provider plugins are not built into nodelet",
-		"--image-credential-provider-bin-dir=/etc/eks/image-credential-provider: kubelet image credential provider plugins are not built into nodelet",
-	} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Load = %v, want it to contain %q", err, want)
-		}
-	}
-	var kept []string
-	for _, a := range args {
-		if !strings.HasPrefix(a, "--image-credential-provider") {
-			kept = append(kept, a)
-		}
-	}
-	o := mustLoad(t, kept...)
+	o := mustLoad(t, args...)
 	if o.Config.MaxPods != 58 || o.NodeLabels["eks.amazonaws.com/nodegroup"] != "ng-1" ||
 		len(o.Config.RegisterWithTaints) != 1 || o.Config.RegisterWithTaints[0].Key != "dedicated" || o.CloudProvider != "external" {
 		t.Errorf("bootstrap flags: maxPods=%d labels=%v taints=%v", o.Config.MaxPods, o.NodeLabels, o.Config.RegisterWithTaints)
+	}
+	if o.ImageCredentialProviderConfig != "/etc/eks/image-credential-provider/config.json" || o.ImageCredentialProviderBinDir != "/etc/eks/image-credential-provider" {
+		t.Errorf("credential provider flags: config %q, bin dir %q", o.ImageCredentialProviderConfig, o.ImageCredentialProviderBinDir)
 	}
 }
 

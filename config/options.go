@@ -50,6 +50,11 @@ type Options struct {
 	// CloudProvider is --cloud-provider: "" or "external" (upstream removed
 	// the in-tree providers, so Load refuses any other value).
 	CloudProvider string
+	// ImageCredentialProviderConfig and ImageCredentialProviderBinDir are
+	// --image-credential-provider-config (a CredentialProviderConfig file or a
+	// directory of them) and --image-credential-provider-bin-dir (the plugins'
+	// executables); read by the agent at start.
+	ImageCredentialProviderConfig, ImageCredentialProviderBinDir string
 	// RuntimeCgroups is --runtime-cgroups: the container runtime's cgroup, reported
 	// as the summary's "runtime" system container (upstream no longer moves it).
 	RuntimeCgroups string
@@ -102,11 +107,10 @@ type flagValues struct {
 	version versionValue
 
 	// Flags for features nodelet does not build: refused unless default.
-	credentialProviderConfig, credentialProviderBinDir string
-	lockFile                                           string
-	exitOnLockContention                               bool
-	mounterPath                                        string
-	allocatableIgnoreEviction                          bool
+	lockFile                  string
+	exitOnLockContention      bool
+	mounterPath               string
+	allocatableIgnoreEviction bool
 }
 
 // refusedFlag is an upstream flag whose feature nodelet does not build:
@@ -114,10 +118,7 @@ type flagValues struct {
 type refusedFlag struct{ name, reason string }
 
 func refusedFlags() []refusedFlag {
-	const credentialProviders = "kubelet image credential provider plugins are not built into nodelet; images are pulled with the pod's imagePullSecrets or the runtime's own registry configuration"
 	return []refusedFlag{
-		{"image-credential-provider-config", credentialProviders},
-		{"image-credential-provider-bin-dir", credentialProviders},
 		{"lock-file", "the kubelet lock file is not built into nodelet"},
 		{"exit-on-lock-contention", "the kubelet lock file is not built into nodelet"},
 		{"experimental-mounter-path", "a custom mounter binary is not built into nodelet (upstream deprecated it in favour of CSI)"},
@@ -149,8 +150,8 @@ func newFlagSet(f *flagValues, kc *kubeletconfigv1beta1.KubeletConfiguration) *p
 	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", "", "Specified image will not be pruned by the image garbage collector.")
 	_ = fs.MarkDeprecated("pod-infra-container-image", "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.")
 	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "Optional absolute name of the container runtime's cgroup, reported as the \"runtime\" system container in the stats summary.")
-	fs.StringVar(&f.credentialProviderConfig, "image-credential-provider-config", "", "Path to a credential provider plugin config file or directory. Not built into nodelet: refused unless empty.")
-	fs.StringVar(&f.credentialProviderBinDir, "image-credential-provider-bin-dir", "", "The path to the directory where credential provider plugin binaries are located. Not built into nodelet: refused unless empty.")
+	fs.StringVar(&o.ImageCredentialProviderConfig, "image-credential-provider-config", "", "Path to a credential provider plugin config file or directory.")
+	fs.StringVar(&o.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", "", "The path to the directory where credential provider plugin binaries are located.")
 	fs.StringVar(&f.lockFile, "lock-file", "", "<Warning: Alpha feature> The path to file for kubelet to use as a lock file. Not built into nodelet: refused unless empty.")
 	fs.BoolVar(&f.exitOnLockContention, "exit-on-lock-contention", false, "Whether kubelet should exit upon lock-file contention. Not built into nodelet: refused unless false.")
 

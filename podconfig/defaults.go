@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Values the API server's defaulting gives a v1 Pod. Static pods never pass through the
@@ -57,7 +59,7 @@ func applyPodDefaults(pod *v1.Pod) {
 
 func defaultContainer(c *v1.Container, hostNetwork bool) {
 	if c.ImagePullPolicy == "" {
-		c.ImagePullPolicy = pullPolicyFor(c.Image)
+		c.ImagePullPolicy = podutil.DefaultPullPolicy(c.Image)
 	}
 	if c.TerminationMessagePath == "" {
 		c.TerminationMessagePath = defaultTerminationMessagePath
@@ -94,21 +96,6 @@ func defaultContainer(c *v1.Container, hostNetwork bool) {
 	for _, p := range []*v1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 		defaultProbe(p)
 	}
-}
-
-// pullPolicyFor is the API server's rule: Always for ":latest" or no tag, else IfNotPresent.
-func pullPolicyFor(image string) v1.PullPolicy {
-	if strings.Contains(image, "@") {
-		return v1.PullIfNotPresent
-	}
-	tag := ""
-	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
-		tag = image[i+1:]
-	}
-	if tag == "" || tag == "latest" {
-		return v1.PullAlways
-	}
-	return v1.PullIfNotPresent
 }
 
 func defaultProbe(p *v1.Probe) {
@@ -160,6 +147,9 @@ func defaultVolume(v *v1.Volume) {
 	if src.Projected != nil && src.Projected.DefaultMode == nil {
 		m := defaultVolumeMode
 		src.Projected.DefaultMode = &m
+	}
+	if src.Image != nil && src.Image.PullPolicy == "" {
+		src.Image.PullPolicy = podutil.DefaultPullPolicy(src.Image.Reference)
 	}
 }
 

@@ -46,6 +46,13 @@ spec:
       valueFrom:
         fieldRef:
           fieldPath: spec.nodeName
+  volumes:
+  - name: data
+    image:
+      reference: registry.example.com/data
+  - name: pinned
+    image:
+      reference: registry.example.com/data:v1
 `
 
 func TestDecodeStaticPodDefaults(t *testing.T) {
@@ -81,6 +88,8 @@ func TestDecodeStaticPodDefaults(t *testing.T) {
 		{"source", pod.Annotations[podutil.AnnotationConfigSource], podutil.SourceFile},
 		{"phase", pod.Status.Phase, v1.PodPending},
 		{"labels kept", pod.Labels["app"], "web"},
+		{"image volume pull latest", pod.Spec.Volumes[0].Image.PullPolicy, v1.PullAlways},
+		{"image volume pull tagged", pod.Spec.Volumes[1].Image.PullPolicy, v1.PullIfNotPresent},
 		{"toleration", pod.Spec.Tolerations, []v1.Toleration{{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}},
 	}
 	for _, c := range checks {
@@ -155,22 +164,6 @@ func TestDecodeStaticPodRejects(t *testing.T) {
 				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
-	}
-}
-
-func TestPullPolicyFor(t *testing.T) {
-	tests := map[string]v1.PullPolicy{
-		"nginx":                          v1.PullAlways,
-		"nginx:latest":                   v1.PullAlways,
-		"nginx:1.25":                     v1.PullIfNotPresent,
-		"localhost:5000/nginx":           v1.PullAlways,
-		"localhost:5000/nginx:1":         v1.PullIfNotPresent,
-		"nginx@sha256:0123456789abcdef0": v1.PullIfNotPresent,
-	}
-	for image, want := range tests {
-		if got := pullPolicyFor(image); got != want {
-			t.Errorf("pullPolicyFor(%q) = %s, want %s", image, got, want)
-		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 	"github.com/nodelet/nodelet/pullrecords"
@@ -156,6 +158,14 @@ func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols
 		sub, err := subPathOf(vm, envs)
 		if err != nil {
 			return nil, err
+		}
+		if hv.Image != nil {
+			mnt, err := imageMount(vm, hv, sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mnt)
+			continue
 		}
 		if sub != "" {
 			if host, err = m.prepareSubPath(ctx, pod, c, i, hv, sub); err != nil {
@@ -301,71 +311,70 @@ func pullPolicy(c *v1.Container) v1.PullPolicy {
 	if c.ImagePullPolicy != "" {
 		return c.ImagePullPolicy
 	}
-	img := c.Image
-	if i := strings.LastIndex(img, "@"); i >= 0 {
-		return v1.PullIfNotPresent
-	}
-	slash := strings.LastIndex(img, "/")
-	colon := strings.LastIndex(img, ":")
-	if colon <= slash || strings.HasSuffix(img, ":latest") {
-		return v1.PullAlways
-	}
-	return v1.PullIfNotPresent
+	return podutil.DefaultPullPolicy(c.Image)
 }
 
-func imageBackoffKey(pod *v1.Pod, c *v1.Container) string {
-	return string(pod.UID) + "_" + c.Image
+// imageBackoffKey keys the pull back-off by pod and image, as upstream: a
+// container and an image volume of the same image share it.
+func imageBackoffKey(pod *v1.Pod, image string) string {
+	return string(pod.UID) + "_" + image
 }
 
-// ensureImage makes sure the container's image is present according to its pull
-// policy, and returns its reference. With pull records, a present image is used
-// only when the pod's credentials are good for it (or the policy exempts it);
-// otherwise it is pulled with the pod's own credentials, or refused under Never.
+// ensureImage makes sure the container's image is present according to its
+// pull policy, and returns its reference.
 func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
 	if c.Image == "" {
 		return "", &podstatus.Waiting{Reason: "InvalidImageName", Message: "container has no image"}, fmt.Errorf("container %s has no image", c.Name)
 	}
-	spec := &runtimeapi.ImageSpec{Image: c.Image, UserSpecifiedImage: c.Image}
-	policy := pullPolicy(c)
+	return m.ensureImageRef(ctx, pod, c.Image, pullPolicy(c), sbCfg)
+}
+
+// ensureImageRef makes sure image (a container's or an image volume's) is
+// present according to policy, and returns its reference. With pull records,
+// a present image is used only when the pod's credentials are good for it (or
+// the policy exempts it); otherwise it is pulled with the pod's own
+// credentials, or refused under Never.
+func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string, policy v1.PullPolicy, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
+	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image}
 	present := ""
 	if policy != v1.PullAlways {
 		resp, err := m.img.ImageStatus(ctx, spec, false)
 		if err != nil {
-			return "", &podstatus.Waiting{Reason: "ErrImageInspect", Message: err.Error()}, fmt.Errorf("inspecting image %s: %w", c.Image, err)
+			return "", &podstatus.Waiting{Reason: "ErrImageInspect", Message: err.Error()}, fmt.Errorf("inspecting image %s: %w", image, err)
 		}
 		if resp.GetImage() != nil {
 			present = resp.GetImage().GetId()
 		}
 	}
 	// Secrets are fetched from the API server: at most once, and only when needed.
-	creds := sync.OnceValue(func() []trackedAuth { return m.pullCredentials(ctx, pod, c.Image) })
+	creds := sync.OnceValue(func() []trackedAuth { return m.pullCredentials(ctx, pod, image) })
 	records := m.cfg.PullRecords
 	if present != "" {
 		if records == nil {
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
 			return present, nil, nil
 		}
-		d := records.Verify(ctx, policy, c.Image, present, func() []kubeletconfigv1beta1.ImagePullSecret { return podSecrets(creds()) })
+		d := records.Verify(ctx, policy, image, present, func() []kubeletconfigv1beta1.ImagePullSecret { return podSecrets(creds()) })
 		switch d.Action {
 		case pullrecords.UsePresent:
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine and can be accessed by the pod", c.Image)
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine and can be accessed by the pod", image)
 			return present, nil, nil
 		case pullrecords.RefuseNeverPull:
-			klog.FromContext(ctx).V(2).Info("Refusing a present image", "pod", klog.KObj(pod), "image", c.Image, "reason", d.Reason)
-			return m.neverPull(pod, c)
+			klog.FromContext(ctx).V(2).Info("Refusing a present image", "pod", klog.KObj(pod), "image", image, "reason", d.Reason)
+			return m.neverPull(pod, image)
 		}
-		klog.FromContext(ctx).V(2).Info("Pulling a present image to verify the pod's credentials", "pod", klog.KObj(pod), "image", c.Image, "reason", d.Reason)
+		klog.FromContext(ctx).V(2).Info("Pulling a present image to verify the pod's credentials", "pod", klog.KObj(pod), "image", image, "reason", d.Reason)
 	} else if policy == v1.PullNever {
-		return m.neverPull(pod, c)
+		return m.neverPull(pod, image)
 	}
-	key := imageBackoffKey(pod, c)
+	key := imageBackoffKey(pod, image)
 	if m.imageBackoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
-		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		msg := fmt.Sprintf("Back-off pulling image %q", image)
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
 		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
 	}
-	auths := creds()
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	auths := append(slices.Clip(creds()), m.providerCredentials(ctx, image)...)
+	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
 	queued := m.clock.Now()
 	select {
 	case m.pullSlots <- struct{}{}:
@@ -373,10 +382,10 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		return "", nil, ctx.Err()
 	}
 	if records != nil {
-		if err := records.RecordPullIntent(ctx, c.Image); err != nil {
+		if err := records.RecordPullIntent(ctx, image); err != nil {
 			<-m.pullSlots
-			msg := fmt.Sprintf("Failed to record image pull intent for container image %q: %v", c.Image, err)
-			return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: msg}, fmt.Errorf("pulling image %s: %w", c.Image, err)
+			msg := fmt.Sprintf("Failed to record image pull intent for container image %q: %v", image, err)
+			return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: msg}, fmt.Errorf("pulling image %s: %w", image, err)
 		}
 	}
 	start := m.clock.Now()
@@ -384,27 +393,27 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	<-m.pullSlots
 	if records != nil {
 		if err != nil {
-			records.RecordImagePullFailed(ctx, c.Image)
+			records.RecordImagePullFailed(ctx, image)
 		} else {
-			records.RecordImagePulled(ctx, c.Image, ref, pulledWith(used))
+			records.RecordImagePulled(ctx, image, ref, pulledWith(used))
 		}
 	}
 	if err != nil {
 		m.imageBackoff.Next(key, m.clock.Now())
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
-		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, fmt.Errorf("pulling image %s: %w", c.Image, err)
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", image, err)
+		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, fmt.Errorf("pulling image %s: %w", image, err)
 	}
 	m.imageBackoff.Reset(key)
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
-		c.Image, m.clock.Since(start).Round(time.Millisecond), m.clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
+		image, m.clock.Since(start).Round(time.Millisecond), m.clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
 	return ref, nil, nil
 }
 
 // neverPull fails a container whose image may not be pulled. A present image
 // the pod may not use gets the same words as an absent one, as upstream: the
 // pod must not learn that the image is on the node.
-func (m *Manager) neverPull(pod *v1.Pod, c *v1.Container) (string, *podstatus.Waiting, error) {
-	msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+func (m *Manager) neverPull(pod *v1.Pod, image string) (string, *podstatus.Waiting, error) {
+	msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", image)
 	m.recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
 	return "", &podstatus.Waiting{Reason: "ErrImageNeverPull", Message: msg}, fmt.Errorf("%s: %w", msg, errNeverPull)
 }

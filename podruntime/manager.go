@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/credentialprovider"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -101,6 +102,12 @@ type Config struct {
 	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
 	// pod and container ask for no seccomp profile get RuntimeDefault.
 	SeccompDefault bool
+	// CredentialProviders, when set, are the image credential provider
+	// plugins asked for registry credentials after the pod's pull secrets.
+	CredentialProviders CredentialProviders
+	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
+	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
+	ImageVolumeSupport error
 }
 
 // PullRecords is the image pull credential verification (pullrecords.Manager).
@@ -109,6 +116,14 @@ type PullRecords interface {
 	RecordPullIntent(ctx context.Context, image string) error
 	RecordImagePulled(ctx context.Context, image, imageRef string, creds *kubeletconfigv1beta1.ImagePullCredentials)
 	RecordImagePullFailed(ctx context.Context, image string)
+}
+
+// CredentialProviders are the node's image credential provider plugins
+// (credentialprovider.Providers).
+type CredentialProviders interface {
+	// Provide returns the credentials the plugins give for image, a
+	// schemeless repository without tag or digest.
+	Provide(ctx context.Context, image string) []credentialprovider.Credential
 }
 
 // PodCgroups creates pod-level cgroups (the QoS hierarchy's leaves).
@@ -292,7 +307,16 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return res, err
 	}
 
+	imageVolumeFailures := m.pullImageVolumes(ctx, pod, vols, sbCfg)
 	start := func(c *v1.Container, targetID string) error {
+		if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
+			// As its own image would: the container waits with the pull's reason.
+			res.Waiting[c.Name] = f.waiting
+			if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				res.RequeueAfter = d
+			}
+			return f.err
+		}
 		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
 		if w == nil && err == nil {
 			res.Changed = true
@@ -300,7 +324,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if w != nil {
 			res.Waiting[c.Name] = *w
 			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
-				if d := m.imageBackoff.Get(imageBackoffKey(pod, c)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
 					res.RequeueAfter = d
 				}
 			}

@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -18,6 +16,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/credentialprovider"
 )
 
 // defaultRegistryHost is the key Docker's config files use for Docker Hub
@@ -127,7 +127,7 @@ func (k *keyring) add(cfg map[string]dockerConfigEntry, src *kubeletconfigv1beta
 func (k *keyring) lookup(repo string) []trackedAuth {
 	var out []trackedAuth
 	for _, key := range k.index {
-		if locationMatches(key, repo) {
+		if credentialprovider.URLMatches(key, repo) {
 			out = append(out, k.creds[key]...)
 		}
 	}
@@ -159,45 +159,8 @@ func credentialHash(e dockerConfigEntry) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// locationMatches says whether the keyring location glob covers repo: same
-// number of host labels each matching (globs allowed, as "*.example.com"), the
-// same port, and the glob's path a prefix of repo's path.
-func locationMatches(glob, repo string) bool {
-	gh, gp := splitLocation(glob)
-	th, tp := splitLocation(repo)
-	gHost, gPort := splitHostPort(gh)
-	tHost, tPort := splitHostPort(th)
-	if gPort != tPort {
-		return false
-	}
-	gl, tl := strings.Split(gHost, "."), strings.Split(tHost, ".")
-	if len(gl) != len(tl) {
-		return false
-	}
-	for i := range gl {
-		if ok, _ := filepath.Match(gl[i], tl[i]); !ok {
-			return false
-		}
-	}
-	return strings.HasPrefix(tp, gp)
-}
-
-func splitLocation(s string) (host, path string) {
-	if i := strings.Index(s, "/"); i >= 0 {
-		return s[:i], s[i:]
-	}
-	return s, ""
-}
-
-func splitHostPort(hp string) (string, string) {
-	if h, p, err := net.SplitHostPort(hp); err == nil {
-		return h, p
-	}
-	return hp, ""
-}
-
 func isDefaultRegistry(repo string) bool {
-	host, _ := splitLocation(repo)
+	host, _, _ := strings.Cut(repo, "/")
 	return host == "docker.io" || host == defaultRegistryHost
 }
 
@@ -243,6 +206,30 @@ func parseDockerConfig(s *v1.Secret) (map[string]dockerConfigEntry, error) {
 		return cfg, nil
 	}
 	return nil, fmt.Errorf("secret has neither %s nor %s", v1.DockerConfigJsonKey, v1.DockerConfigKey)
+}
+
+// providerCredentials returns what the node's credential provider plugins
+// give for image, after the pod's pull secrets as upstream's union keyring
+// orders them: node credentials, recorded by pull records as accessible to
+// every pod on the node.
+func (m *Manager) providerCredentials(ctx context.Context, image string) []trackedAuth {
+	if m.cfg.CredentialProviders == nil {
+		return nil
+	}
+	creds := m.cfg.CredentialProviders.Provide(ctx, normalizeRepo(image))
+	if len(creds) == 0 {
+		return nil
+	}
+	var k keyring
+	// Earlier providers' credentials are tried first: added one by one, in
+	// provider order, the keyring keeps that order under one key.
+	for _, c := range creds {
+		cfg := map[string]dockerConfigEntry{c.Pattern: {Username: c.Username, Password: c.Password}}
+		if err := k.add(cfg, nil); err != nil {
+			klog.FromContext(ctx).Info("Ignoring a malformed credential from a credential provider", "pattern", c.Pattern, "err", err)
+		}
+	}
+	return k.lookup(normalizeRepo(image))
 }
 
 // pullCredentials returns the credentials of the pod's imagePullSecrets that

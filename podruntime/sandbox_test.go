@@ -115,18 +115,6 @@ func TestSandboxConfig(t *testing.T) {
 	}
 }
 
-func TestPullPolicyDefaults(t *testing.T) {
-	for img, want := range map[string]v1.PullPolicy{
-		"busybox": v1.PullAlways, "busybox:latest": v1.PullAlways, "busybox:1.36": v1.PullIfNotPresent,
-		"localhost:5000/busybox": v1.PullAlways, "localhost:5000/busybox:1": v1.PullIfNotPresent,
-		"busybox@sha256:abc": v1.PullIfNotPresent,
-	} {
-		if got := pullPolicy(&v1.Container{Image: img}); got != want {
-			t.Errorf("pullPolicy(%s) = %s, want %s", img, got, want)
-		}
-	}
-}
-
 // hostnameOverride (beta, on by default) wins over hostname and subdomain and
 // leaves the pod without a domain: no FQDN line in its managed /etc/hosts.
 func TestPodHostnameAndHostsFile(t *testing.T) {

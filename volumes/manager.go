@@ -41,6 +41,11 @@ type HostVolume struct {
 	ReadOnly bool
 	// SELinuxRelabel is always false for now.
 	SELinuxRelabel bool
+	// Image, for an image volume, is its source: nothing is prepared on the
+	// host (Path is empty); the runtime mounts the image, read-only, once
+	// podruntime pulled it and set ImageRef.
+	Image    *v1.ImageVolumeSource
+	ImageRef string
 }
 
 // KubeGetter is what the manager needs from the API server. Missing objects
@@ -252,6 +257,11 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 			return HostVolume{}, err
 		}
 		return m.writeVolume(pod, vol.Name, pluginProjected, true, payload, st)
+	case src.Image != nil:
+		// Pulled with the pod's credentials and mounted by the runtime (CRI
+		// Mount.image), as upstream: the host holds nothing for it.
+		img := *src.Image
+		return HostVolume{Image: &img, ReadOnly: true}, nil
 	}
 	return HostVolume{}, fmt.Errorf("volume type %s is not supported by this node agent", volumeType(src))
 }

@@ -760,6 +760,7 @@ func TestUnsupportedAndStandalone(t *testing.T) {
 		v1.Volume{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "x"}}}},
 		v1.Volume{Name: "opt", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "x"}, Optional: ptr.To(true)}}},
 		v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		v1.Volume{Name: "img", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "reg.example.com/data:1", PullPolicy: v1.PullNever}}},
 	)
 	tearDownOnCleanup(t, m, pod.UID)
 	got, err := m.SetUpPod(ctx, pod)
@@ -776,6 +777,11 @@ func TestUnsupportedAndStandalone(t *testing.T) {
 	}
 	if _, ok := got["opt"]; !ok {
 		t.Error("optional configMap in standalone mode should be an empty volume")
+	}
+	// An image volume holds nothing on the host: podruntime pulls it and the
+	// runtime mounts it.
+	if img := got["img"]; img.Image == nil || img.Image.Reference != "reg.example.com/data:1" || img.Path != "" || !img.ReadOnly {
+		t.Errorf("image volume set up as %+v", img)
 	}
 
 	bad := testPod(v1.Volume{Name: "../x", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})

@@ -28,34 +28,10 @@ import (
 func TestImagePullFromRegistry(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
-	reg, user, pass, image := f.Env.All["REGISTRY"], f.Env.All["REGISTRY_USER"], f.Env.All["REGISTRY_PASSWORD"], f.Env.All["REGISTRY_IMAGE"]
-	if reg == "" || image == "" {
-		t.Skip("rig.env has no REGISTRY: the rig predates its registry, rerun test/rig/up.sh")
-	}
-	// Start without the image so the first pull really goes to the registry, and leave
-	// none behind (the rig's own nodelet.local images are never touched).
-	rmImage := func() { _ = exec.Command(f.Env.Ctr, "images", "rm", image).Run() }
-	rmImage()
-	t.Cleanup(rmImage)
-	if tags, _ := f.CRI.ImageTags(ctx); slices.Contains(tags, image) {
-		t.Fatalf("could not remove %s before the test", image)
-	}
-
+	r := privateRegistry(t, f)
+	reg, image := r.host, r.image
 	ns := f.NewNamespace()
-	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{reg: map[string]string{
-		"username": user, "password": pass, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.Client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
-		Type:       v1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{v1.DockerConfigJsonKey: cfg},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.createSecret(ctx, t, f, ns, "regcred")
 	startNode(t, f, framework.NodeletOptions{})
 
 	pod := func(name, img string, policy v1.PullPolicy, secret bool) *v1.Pod {
@@ -163,6 +139,45 @@ func TestImagePullFromRegistry(t *testing.T) {
 	}
 	for _, name := range []string{"with-secret", "no-secret", "missing-tag", "present", "borrow", "borrow-never"} {
 		f.WaitForPodGone(ctx, ns, name, time.Minute)
+	}
+}
+
+// rigRegistry is the rig's local registry (htpasswd auth, plain HTTP) and its private image.
+type rigRegistry struct{ host, user, password, image string }
+
+// privateRegistry returns the rig's registry, with its private image removed from the runtime
+// (so the test's first pull really goes to the registry) until the test ends (none is left
+// behind; the rig's own nodelet.local images are never touched).
+func privateRegistry(t *testing.T, f *framework.Framework) rigRegistry {
+	t.Helper()
+	r := rigRegistry{f.Env.All["REGISTRY"], f.Env.All["REGISTRY_USER"], f.Env.All["REGISTRY_PASSWORD"], f.Env.All["REGISTRY_IMAGE"]}
+	if r.host == "" || r.image == "" {
+		t.Fatal("rig.env has no REGISTRY: the rig predates its registry, rerun test/rig/up.sh")
+	}
+	rmImage := func() { _ = exec.Command(f.Env.Ctr, "images", "rm", r.image).Run() }
+	rmImage()
+	t.Cleanup(rmImage)
+	if tags, _ := f.CRI.ImageTags(context.Background()); slices.Contains(tags, r.image) {
+		t.Fatalf("could not remove %s before the test", r.image)
+	}
+	return r
+}
+
+// createSecret creates a kubernetes.io/dockerconfigjson pull secret for the registry in ns.
+func (r rigRegistry) createSecret(ctx context.Context, t *testing.T, f *framework.Framework, ns, name string) {
+	t.Helper()
+	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{r.host: map[string]string{
+		"username": r.user, "password": r.password, "auth": base64.StdEncoding.EncodeToString([]byte(r.user + ":" + r.password)),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Type:       v1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{v1.DockerConfigJsonKey: cfg},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

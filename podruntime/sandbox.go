@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 )
 
@@ -94,6 +95,9 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 			linux.Sysctls[s.Name] = s.Value
 		}
 	}
+	// The pod's summed resources and its overhead (from its RuntimeClass), for
+	// runtimes that size the sandbox (VM-based handlers), as upstream.
+	linux.Resources, linux.Overhead = cgroups.SandboxResources(pod, m.cfg.Resources)
 	cfg.Linux = linux
 	return cfg, nil
 }

@@ -330,6 +330,19 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		return nil, fmt.Errorf("setting up image pull credential verification: %w", err)
 	}
 
+	// User namespaces: each hostUsers: false pod gets idsPerPod host IDs from
+	// the kubelet user's subordinate IDs; a mapping that cannot serve maxPods
+	// pods, or a pod's mapping file that cannot be read back, stops the start
+	// as upstream's.
+	usernsMgr, err := newUserNamespaces(ctx, kc, opts.RootDir, health.runtimeHandlers)
+	if err != nil {
+		return nil, err
+	}
+	var classes *runtimeClasses
+	if client != nil {
+		classes = newRuntimeClasses(client)
+	}
+
 	var sources []string
 	if kc.StaticPodPath != "" {
 		sources = append(sources, podutil.SourceFile)
@@ -349,7 +362,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		status.WithDeleteWhenReclaimed(queries.canDeletePod),
 		status.WithMetrics(reg))
 	probes := newProbes(rt, statusMgr, recorder, clk)
+	var runtimeClassLookup podruntime.RuntimeClasses
+	if classes != nil {
+		runtimeClassLookup = classes
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
+		RuntimeClasses:        runtimeClassLookup,
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
 		ClusterDNS:            kc.ClusterDNS,
@@ -365,6 +383,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
+		UserNamespaces:        usernsMgr,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -507,6 +526,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	add(&rest, "container GC", func(ctx context.Context) { gcs.containers.Run(ctx, containerGCPeriod) })
 	add(&rest, "image GC", func(ctx context.Context) { gcs.images.Run(ctx, imageGCPeriod) })
 	add(&rest, "services informer", envSrc.Run)
+	if classes != nil {
+		add(&rest, "RuntimeClass informer", classes.Run)
+	}
+	add(&rest, "user namespace cleanup", func(ctx context.Context) { usernsMgr.Run(ctx, clk, usernsCleanupPeriod) })
 	add(&rest, "configMap and secret watches", objects.Run)
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
 

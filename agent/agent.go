@@ -332,6 +332,19 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		return nil, err
 	}
 
+	// User namespaces: each hostUsers: false pod gets idsPerPod host IDs from
+	// the kubelet user's subordinate IDs; a mapping that cannot serve maxPods
+	// pods, or a pod's mapping file that cannot be read back, stops the start
+	// as upstream's.
+	usernsMgr, err := newUserNamespaces(ctx, kc, opts.RootDir, health.runtimeHandlers)
+	if err != nil {
+		return nil, err
+	}
+	var classes *runtimeClasses
+	if client != nil {
+		classes = newRuntimeClasses(client)
+	}
+
 	var sources []string
 	if kc.StaticPodPath != "" {
 		sources = append(sources, podutil.SourceFile)
@@ -355,7 +368,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if imageVolumes != nil {
 		logger.Info("Pods' image volumes will fail on this runtime", "reason", imageVolumes)
 	}
+	var runtimeClassLookup podruntime.RuntimeClasses
+	if classes != nil {
+		runtimeClassLookup = classes
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
+		RuntimeClasses:        runtimeClassLookup,
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
 		ClusterDNS:            kc.ClusterDNS,
@@ -374,6 +392,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		SeccompDefault:        ptr.Deref(kc.SeccompDefault, false),
 		ImageVolumeSupport:    imageVolumes,
 		CredentialProviders:   credProviders,
+		UserNamespaces:        usernsMgr,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -530,6 +549,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		add(&rest, "container log rotation", logRotation.Run)
 	}
 	add(&rest, "services informer", envSrc.Run)
+	if classes != nil {
+		add(&rest, "RuntimeClass informer", classes.Run)
+	}
+	add(&rest, "user namespace cleanup", func(ctx context.Context) { usernsMgr.Run(ctx, clk, usernsCleanupPeriod) })
 	add(&rest, "configMap and secret watches", objects.Run)
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
 

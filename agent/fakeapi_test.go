@@ -53,7 +53,7 @@ current-context: x
 }
 
 // kinds are the kinds nodelet lists and watches, by resource.
-var kinds = map[string]string{"pods": "Pod", "services": "Service", "nodes": "Node", "leases": "Lease", "events": "Event"}
+var kinds = map[string]string{"pods": "Pod", "services": "Service", "nodes": "Node", "leases": "Lease", "events": "Event", "runtimeclasses": "RuntimeClass"}
 
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()

@@ -30,6 +30,10 @@ type runtimeHealth struct {
 	mu      sync.Mutex
 	lastErr error
 	checked bool
+	// handlers are the runtime handlers of the last Status that answered
+	// (upstream's runtimeState.runtimeHandlers); handlersSet once one did.
+	handlers    []*runtimeapi.RuntimeHandler
+	handlersSet bool
 }
 
 func newRuntimeHealth(rt runtimeStatuser, clk clock.WithTicker) *runtimeHealth {
@@ -67,7 +71,18 @@ func (h *runtimeHealth) check(ctx context.Context) {
 	}
 	h.mu.Lock()
 	h.lastErr, h.checked = problem, true
+	if err == nil {
+		h.handlers, h.handlersSet = resp.GetRuntimeHandlers(), true
+	}
 	h.mu.Unlock()
+}
+
+// runtimeHandlers are the handlers (and their features) the runtime reported
+// last; false before any Status answered.
+func (h *runtimeHealth) runtimeHandlers() ([]*runtimeapi.RuntimeHandler, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.handlers, h.handlersSet
 }
 
 func (h *runtimeHealth) err() error {

@@ -186,7 +186,7 @@ func FieldRules() []FieldRule {
 		w("containerRuntimeEndpoint", "agent.TestRunStopsStagesInOrderThenCloses"),
 		w("imageServiceEndpoint", "agent.TestRunStopsStagesInOrderThenCloses"),
 		w("failCgroupV1", "agent.TestCheckCgroupVersion"),
-		r("userNamespaces.idsPerPod", "nodelet gives every pod with hostUsers: false the upstream default of 65536 IDs"),
+		w("userNamespaces.idsPerPod", "agent.TestUserNamespacesIDsPerPod"),
 	}
 }
 

@@ -89,6 +89,7 @@ section "build rig binaries (cached)" 1500
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
 if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
+bash test/rig/build-runc.sh >/dev/null
 
 section "gofmt" 15
 unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_output/*' -print0 | xargs -0 -r gofmt -l)

@@ -108,6 +108,24 @@ type Config struct {
 	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
 	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
 	ImageVolumeSupport error
+	// RuntimeClasses, when set, resolves runtimeClassName to the runtime
+	// handler; unset (no API server), every pod gets the default handler, as
+	// upstream's kubelet without a client.
+	RuntimeClasses RuntimeClasses
+	// UserNamespaces gives pods their user namespace (hostUsers: false gets
+	// a range of host IDs); unset, such pods are refused.
+	UserNamespaces UserNamespaces
+}
+
+// RuntimeClasses resolves a RuntimeClass name to its CRI runtime handler.
+type RuntimeClasses interface {
+	LookupRuntimeHandler(ctx context.Context, runtimeClassName *string) (string, error)
+}
+
+// UserNamespaces is the user namespace manager (userns.Manager).
+type UserNamespaces interface {
+	GetOrCreateUserNamespaceMappings(pod *v1.Pod, runtimeHandler string) (*runtimeapi.UserNamespace, error)
+	Release(ctx context.Context, uid types.UID)
 }
 
 // PullRecords is the image pull credential verification (pullrecords.Manager).
@@ -270,10 +288,16 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	if acts.CreateSandbox {
 		attempt = acts.Attempt
 	}
-	sbCfg, err := m.SandboxConfig(pod, attempt)
+	handler, sbCfg, err := m.podSandboxConfig(ctx, pod, attempt)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to build pod sandbox config: %v", err)
-		return res, fmt.Errorf("building sandbox config: %w", err)
+		// As upstream: creating the sandbox fails with this event, and the pod
+		// stays Pending and is synced again; starting containers in an
+		// existing sandbox fails with the error alone.
+		if acts.CreateSandbox {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			return res, fmt.Errorf("%s: %w", errCreatePodSandbox, err)
+		}
+		return res, fmt.Errorf("%s: %w", errConfigPodSandbox, err)
 	}
 	podIPs := st.IPs
 	if acts.CreateSandbox {
@@ -286,7 +310,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 				return res, fmt.Errorf("creating pod cgroup: %w", err)
 			}
 		}
-		id, err := m.rt.RunPodSandbox(ctx, sbCfg, runtimeHandler(pod))
+		if handler != "" {
+			logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
+		}
+		id, err := m.rt.RunPodSandbox(ctx, sbCfg, handler)
 		if err != nil {
 			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 			return res, fmt.Errorf("creating pod sandbox: %w", err)
@@ -393,9 +420,48 @@ func joined(err error) []error {
 	return []error{err}
 }
 
-func runtimeHandler(pod *v1.Pod) string {
-	// RuntimeClass lookups need the API; the default handler serves pods without one.
-	return ""
+// errCreatePodSandbox and errConfigPodSandbox are upstream's sync errors for a
+// sandbox that could not be created or configured.
+const (
+	errCreatePodSandbox = "CreatePodSandboxError"
+	errConfigPodSandbox = "ConfigPodSandboxError"
+)
+
+// podSandboxConfig resolves the pod's RuntimeClass to its runtime handler and
+// builds the sandbox config with the pod's user namespace, which depends on
+// what that handler supports.
+func (m *Manager) podSandboxConfig(ctx context.Context, pod *v1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
+	handler := ""
+	if rc := m.cfg.RuntimeClasses; rc != nil {
+		h, err := rc.LookupRuntimeHandler(ctx, pod.Spec.RuntimeClassName)
+		if err != nil {
+			return "", nil, err
+		}
+		handler = h
+	}
+	sbCfg, err := m.SandboxConfig(pod, attempt)
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to build pod sandbox config: %w", err)
+	}
+	userns, err := m.userNamespace(pod, handler)
+	if err != nil {
+		return "", nil, err
+	}
+	sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().UsernsOptions = userns
+	return handler, sbCfg, nil
+}
+
+// userNamespace is the pod's user namespace: the manager's, or the node's
+// when there is no manager, which then refuses hostUsers: false rather than
+// run the pod in the host user namespace.
+func (m *Manager) userNamespace(pod *v1.Pod, handler string) (*runtimeapi.UserNamespace, error) {
+	if m.cfg.UserNamespaces != nil {
+		return m.cfg.UserNamespaces.GetOrCreateUserNamespaceMappings(pod, handler)
+	}
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		return nil, errors.New("can't set `spec.hostUsers: false`: nodelet has no user namespace manager")
+	}
+	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil
 }
 
 func sandboxIPs(s *runtimeapi.PodSandboxStatus) []string {
@@ -525,6 +591,11 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 		if err := m.rt.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
+	}
+	if m.cfg.UserNamespaces != nil && len(errs) == 0 {
+		// Nothing of the pod is left in the runtime, so its host IDs may go
+		// to another pod. Its file is in the pod directory, which goes below.
+		m.cfg.UserNamespaces.Release(ctx, uid)
 	}
 	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))

@@ -9,6 +9,7 @@ import (
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 )
 
@@ -85,6 +86,9 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 			linux.Sysctls[utilsysctl.NormalizeName(s.Name)] = s.Value
 		}
 	}
+	// The pod's summed resources and its overhead (from its RuntimeClass), for
+	// runtimes that size the sandbox (VM-based handlers), as upstream.
+	linux.Resources, linux.Overhead = cgroups.SandboxResources(pod, m.cfg.Resources)
 	cfg.Linux = linux
 	return cfg, nil
 }

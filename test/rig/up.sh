@@ -416,6 +416,9 @@ else
 	CONTAINERD_VERSION=$("$CONTAINERD" --version | awk '{print $3}')
 	CD=$RIG_DIR/containerd
 fi
+# The second runtime handler, runc-test (RuntimeClass and user namespace tests), runs a runc
+# with idmapped mounts (Debian's 1.1.5 has none).
+RUNC_TEST=$(bash "$HERE/build-runc.sh" | tail -1)/runc
 mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
 if alive containerd && ! tr '\0' ' ' <"/proc/$(cat "$RUN/containerd.pid")/cmdline" | grep -qF -- "--config $CD/config.toml"; then
 	die "the running containerd is not the $RIG_RUNTIME one: switching runtimes needs up.sh --fresh"
@@ -478,6 +481,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
           BinaryName = "$(command -v runc)"
           SystemdCgroup = false
 
+      # A second handler for RuntimeClass tests; its runc has idmapped mounts, so containerd
+      # reports user_namespaces for it (and not for the default one).
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-test]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-test.options]
+          BinaryName = "$RUNC_TEST"
+          SystemdCgroup = false
+
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ["/usr/lib/cni"]
       conf_dir = "$CNI_CONF_DIR"
@@ -522,6 +534,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+
+    # A second handler for RuntimeClass tests (see the containerd 2 config).
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-test]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-test.options]
+        BinaryName = "$RUNC_TEST"
         SystemdCgroup = false
 
   [plugins."io.containerd.grpc.v1.cri".cni]

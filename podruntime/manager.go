@@ -21,6 +21,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/mountutil"
@@ -41,6 +42,10 @@ type Runtime interface {
 	StartContainer(ctx context.Context, containerID string) error
 	StopContainer(ctx context.Context, containerID string, timeout int64) error
 	RemoveContainer(ctx context.Context, containerID string) error
+	// In-place resize: container and sandbox resources, and a container's memory use.
+	UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error
+	UpdatePodSandboxResources(ctx context.Context, req *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error)
+	ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error)
 }
 
 // Images is the part of the CRI image service podruntime uses.
@@ -98,6 +103,11 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
+	// Actuated records what the runtime was told of container resources (in-place
+	// resize); nil keeps it in memory.
+	Actuated Actuated
+	// PodResize, when set, resizes pod cgroups in place (with PodCgroups).
+	PodResize PodCgroupResizer
 }
 
 // PullRecords is the image pull credential verification (pullrecords.Manager).
@@ -132,6 +142,8 @@ type Manager struct {
 	recorder record.EventRecorder
 	clock    clock.Clock
 
+	actuated Actuated
+
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
 	pullSlots    chan struct{}
@@ -150,8 +162,12 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 	if initial > cfg.CrashLoopBackOffMax {
 		initial = cfg.CrashLoopBackOffMax
 	}
+	var actuated Actuated = allocation.NewMemoryState()
+	if cfg.Actuated != nil {
+		actuated = cfg.Actuated
+	}
 	return &Manager{
-		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk,
+		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk, actuated: actuated,
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
@@ -181,15 +197,21 @@ type Result struct {
 	InitFailed bool
 	// Changed means the sync acted on the runtime (created, started or stopped something).
 	Changed bool
+	// Resized means the sync resized the pod in place (or tried to: ResizeErr
+	// then says why it failed; the next sync tries again).
+	Resized   bool
+	ResizeErr error
 }
 
 // SyncPod drives the runtime one step toward pod's spec.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes)
+	m.initActuated(ctx, pod)
+	acts := ComputeActionsWithResize(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes, m.actuatedFor(pod.UID))
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
-		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers))
+		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),
+		"resizeMemory", len(acts.Resize.Memory), "resizeCPU", len(acts.Resize.CPU), "resizePod", acts.Resize.UpdatePod)
 
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
@@ -240,8 +262,19 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		logger.Error(err, "Refreshing volumes failed; their earlier content stays")
 	}
+	// Resize before anything starts, as upstream: a container restarted for its
+	// resize starts in the resized pod cgroup.
+	var errs []error
+	if !acts.CreateSandbox && acts.Resize.Needed() {
+		res.Resized = true
+		if err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize); err != nil {
+			logger.Error(err, "Resizing pod failed; the next sync tries again")
+			res.ResizeErr = err
+			errs = append(errs, fmt.Errorf("resizing pod: %w", err))
+		}
+	}
 	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
-		return res, nil
+		return res, errors.Join(errs...)
 	}
 
 	sandboxID := acts.SandboxID
@@ -304,7 +337,6 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		return err
 	}
-	var errs []error
 	// Ephemeral containers first, as upstream: one that fails to start holds up
 	// no one, and an init container that fails does not keep the debugger out.
 	for _, i := range acts.StartEphemeral {
@@ -499,6 +531,7 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
 	}
+	m.actuated.RemovePod(uid)
 	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}

@@ -465,12 +465,7 @@ func latestByName(st *pleg.PodStatus) map[string]*runtimeapi.ContainerStatus {
 	return m
 }
 
-func containerName(c *runtimeapi.ContainerStatus) string {
-	if n := c.GetLabels()[cri.LabelContainerName]; n != "" {
-		return n
-	}
-	return c.GetMetadata().GetName()
-}
+func containerName(c *runtimeapi.ContainerStatus) string { return cri.ContainerName(c) }
 
 func hashOf(c *runtimeapi.ContainerStatus) string {
 	return c.GetAnnotations()[cri.AnnotationContainerHash]

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
@@ -296,11 +297,24 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
+	var podResize podruntime.PodCgroupResizer
 	var qos *qosCgroups
 	if cg.mgr != nil {
 		qos = &qosCgroups{mgr: cg.mgr, activePods: queries.activePods}
-		podCgroups, cgroupCleaner = qos, cg.mgr
+		podCgroups, cgroupCleaner, podResize = qos, cg.mgr, cg.mgr
 	}
+	// In-place resize: what each pod was allocated at admission or resize, and
+	// what the runtime was told, checkpointed as upstream's (allocated_pods_state,
+	// actuated_pods_state). A checkpoint that cannot be read stops the start.
+	allocated, err := allocation.OpenState(opts.RootDir, allocation.AllocatedStateFile)
+	if err != nil {
+		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
+	}
+	actuated, err := allocation.OpenState(opts.RootDir, allocation.ActuatedStateFile)
+	if err != nil {
+		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
+	}
+	allocations := allocation.NewManager(allocated, cg.resources, recorder, clk)
 
 	// The configMaps and secrets pods reference, read per
 	// configMapAndSecretChangeDetectionStrategy by volumes, env and pull secrets.
@@ -365,6 +379,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Hooks:                 probes.hooks,
 		Probes:                probes.mgr,
 		PullRecords:           pullRecords,
+		Actuated:              actuated,
+		PodResize:             podResize,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -379,11 +395,13 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}, syncloop.Deps{
 		Runtime: runtimeMgr, Cache: cache, PLEG: gpleg, Status: statusMgr, Volumes: vols,
 		Sources: pods, Node: nodeFacts, NodeLabels: nodeLabels, Recorder: recorder, Clock: clk, Registerer: reg,
-		PodCgroups: cgroupCleaner,
-		Probes:     probes.mgr,
-		Admitters:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
-		Sysctls:    sysctls,
-		Objects:    objects,
+		PodCgroups:  cgroupCleaner,
+		Probes:      probes.mgr,
+		Admitters:   []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit, pressure.admit},
+		Sysctls:     sysctls,
+		Objects:     objects,
+		Allocations: allocations,
+		Actuated:    actuated,
 	})
 	a.synced = loop.Synced()
 

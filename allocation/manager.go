@@ -215,35 +215,25 @@ func (m *Manager) sortPending(queued []*v1.Pod, pods Pods) {
 		}
 		m.condMu.Unlock()
 	}
+	// first puts true before false.
+	first := func(b bool) int {
+		if b {
+			return 0
+		}
+		return 1
+	}
+	guaranteed := func(p *v1.Pod) bool { return cgroups.QOSClass(p) == v1.PodQOSGuaranteed }
 	slices.SortStableFunc(queued, func(a, b *v1.Pod) int {
-		if c := cmpBool(!increasing[a.UID], !increasing[b.UID]); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(podutil.Priority(b), podutil.Priority(a)); c != 0 {
-			return c
-		}
-		guaranteed := func(p *v1.Pod) bool { return cgroups.QOSClass(p) == v1.PodQOSGuaranteed }
-		if c := cmpBool(guaranteed(a), guaranteed(b)); c != 0 {
-			return c
-		}
 		ta, oka := since[a.UID]
 		tb, okb := since[b.UID]
-		if c := cmpBool(oka, okb); c != 0 {
-			return c
-		}
-		return ta.Compare(tb)
+		return cmp.Or(
+			cmp.Compare(first(!increasing[a.UID]), first(!increasing[b.UID])),
+			cmp.Compare(podutil.Priority(b), podutil.Priority(a)),
+			cmp.Compare(first(guaranteed(a)), first(guaranteed(b))),
+			cmp.Compare(first(oka), first(okb)),
+			ta.Compare(tb),
+		)
 	})
-}
-
-// cmpBool orders true before false.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return -1
-	}
-	return 1
 }
 
 // Conditions returns copies of the pod's resize conditions, PodResizePending first.

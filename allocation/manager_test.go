@@ -42,16 +42,13 @@ func newTestManager(t *testing.T) (*Manager, *record.FakeRecorder, *clocktesting
 	return NewManager(NewMemoryState(), cgroups.ResourceOptions{}, rec, clk), rec, clk
 }
 
+// events takes the events recorded so far.
 func events(rec *record.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
+	out := make([]string, 0, len(rec.Events))
+	for range len(rec.Events) {
+		out = append(out, <-rec.Events)
 	}
+	return out
 }
 
 func onePod(uid types.UID, r v1.ResourceRequirements) *v1.Pod {

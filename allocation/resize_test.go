@@ -8,25 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/internal/resourcetest"
 )
-
-func res(cpuReq, memReq, cpuLim, memLim string) v1.ResourceRequirements {
-	r := v1.ResourceRequirements{}
-	set := func(l *v1.ResourceList, name v1.ResourceName, v string) {
-		if v == "" {
-			return
-		}
-		if *l == nil {
-			*l = v1.ResourceList{}
-		}
-		(*l)[name] = resource.MustParse(v)
-	}
-	set(&r.Requests, v1.ResourceCPU, cpuReq)
-	set(&r.Requests, v1.ResourceMemory, memReq)
-	set(&r.Limits, v1.ResourceCPU, cpuLim)
-	set(&r.Limits, v1.ResourceMemory, memLim)
-	return r
-}
 
 func podWith(containers ...v1.Container) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p", Generation: 2}, Spec: v1.PodSpec{Containers: containers}}
@@ -174,3 +157,5 @@ func TestResizeMessages(t *testing.T) {
 		t.Errorf("error = %s", got)
 	}
 }
+
+var res = resourcetest.Requirements

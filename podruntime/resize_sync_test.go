@@ -92,16 +92,19 @@ func linuxResources(fake interface {
 	return fmt.Sprintf("shares=%d quota=%d memory=%d", r.GetCpuShares(), r.GetCpuQuota(), r.GetMemoryLimitInBytes())
 }
 
-func (r *resizeRig) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-r.rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
+// started runs a fresh pod of one Guaranteed 100m/64Mi container (resizePolicy
+// policy) and returns the manager and the running container's ID; the pod
+// cgroup log then shows the container's resources with snoop.
+func (r *resizeRig) started(t *testing.T, policy []v1.ContainerResizePolicy) (*Manager, *v1.Pod, string) {
+	t.Helper()
+	m := r.manager()
+	pod := resizePod(policy, rr("100m", "64Mi", "100m", "64Mi"))
+	if _, err := m.SyncPod(context.Background(), pod, r.status(pod)); err != nil {
+		t.Fatalf("first sync: %v", err)
 	}
+	id := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
+	r.pcg.snoop = func() string { return linuxResources(r.fake, id) }
+	return m, pod, id
 }
 
 // 100m/64Mi grown to 200m/128Mi: the same container is updated in place,
@@ -109,16 +112,10 @@ func (r *resizeRig) events() []string {
 func TestSyncPodResizesInPlace(t *testing.T) {
 	ctx := context.Background()
 	r := newResizeRig(t)
-	m := r.manager()
-	pod := resizePod(nil, rr("100m", "64Mi", "100m", "64Mi"))
-	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
-		t.Fatalf("first sync: %v", err)
-	}
-	id := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
+	m, pod, id := r.started(t, nil)
 	if got := linuxResources(r.fake, id); got != "shares=102 quota=10000 memory=67108864" {
 		t.Fatalf("created with %s", got)
 	}
-	r.pcg.snoop = func() string { return linuxResources(r.fake, id) }
 
 	resized := resizePod(nil, rr("200m", "128Mi", "200m", "128Mi"))
 	res, err := m.SyncPod(ctx, resized, r.status(resized))
@@ -170,14 +167,8 @@ func TestSyncPodResizesInPlace(t *testing.T) {
 func TestSyncPodResizeRestartsContainer(t *testing.T) {
 	ctx := context.Background()
 	r := newResizeRig(t)
-	m := r.manager()
-	pod := resizePod(restartOnMemory, rr("100m", "64Mi", "100m", "64Mi"))
-	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
-		t.Fatal(err)
-	}
-	old := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
-	r.pcg.snoop = func() string { return "" }
-	r.events()
+	m, _, old := r.started(t, restartOnMemory)
+	drain(r.rec)
 
 	resized := resizePod(restartOnMemory, rr("100m", "128Mi", "100m", "128Mi"))
 	res, err := m.SyncPod(ctx, resized, r.status(resized))
@@ -200,7 +191,7 @@ func TestSyncPodResizeRestartsContainer(t *testing.T) {
 	if len(r.pcg.log) != 1 || !strings.HasPrefix(r.pcg.log[0], "pod memory=134217728") {
 		t.Errorf("pod cgroup writes = %q, want the memory limit raised", r.pcg.log)
 	}
-	if !containsEvent(r.events(), "Normal Killing Container app resize requires restart") {
+	if !containsEvent(drain(r.rec), "Normal Killing Container app resize requires restart") {
 		t.Error("no Killing event naming the resize")
 	}
 }
@@ -219,13 +210,7 @@ func containsEvent(events []string, want string) bool {
 func TestSyncPodRefusesMemoryLimitBelowUsage(t *testing.T) {
 	ctx := context.Background()
 	r := newResizeRig(t)
-	m := r.manager()
-	pod := resizePod(nil, rr("100m", "64Mi", "100m", "64Mi"))
-	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
-		t.Fatal(err)
-	}
-	id := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
-	r.pcg.snoop = func() string { return linuxResources(r.fake, id) }
+	m, _, id := r.started(t, nil)
 	r.fake.SetMemoryUsage(id, 40<<20)
 	r.pcg.usage = 41 << 20
 
@@ -257,13 +242,7 @@ func TestSyncPodRefusesMemoryLimitBelowUsage(t *testing.T) {
 func TestSyncPodResizeErrorIsRetried(t *testing.T) {
 	ctx := context.Background()
 	r := newResizeRig(t)
-	m := r.manager()
-	pod := resizePod(nil, rr("100m", "64Mi", "100m", "64Mi"))
-	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
-		t.Fatal(err)
-	}
-	id := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
-	r.pcg.snoop = func() string { return "" }
+	m, pod, id := r.started(t, nil)
 	resized := resizePod(nil, rr("200m", "128Mi", "200m", "128Mi"))
 	r.fake.InjectError("UpdateContainerResources", fmt.Errorf("runtime says no"))
 	res, err := m.SyncPod(ctx, resized, r.status(resized))

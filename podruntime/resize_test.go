@@ -1,35 +1,18 @@
 package podruntime
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/internal/resourcetest"
 	"github.com/nodelet/nodelet/pleg"
 )
-
-func rr(cpuReq, memReq, cpuLim, memLim string) v1.ResourceRequirements {
-	r := v1.ResourceRequirements{}
-	set := func(l *v1.ResourceList, name v1.ResourceName, v string) {
-		if v == "" {
-			return
-		}
-		if *l == nil {
-			*l = v1.ResourceList{}
-		}
-		(*l)[name] = resource.MustParse(v)
-	}
-	set(&r.Requests, v1.ResourceCPU, cpuReq)
-	set(&r.Requests, v1.ResourceMemory, memReq)
-	set(&r.Limits, v1.ResourceCPU, cpuLim)
-	set(&r.Limits, v1.ResourceMemory, memLim)
-	return r
-}
 
 var restartOnMemory = []v1.ContainerResizePolicy{
 	{ResourceName: v1.ResourceCPU, RestartPolicy: v1.NotRequired},
@@ -163,10 +146,10 @@ func TestComputeResizeActions(t *testing.T) {
 				actuated = nil
 			}
 			a := ComputeActionsWithResize(f.pod, f.st, nil, t0, nil, actuated)
-			if got := names(a.Resize.Memory); !equalStrings(got, tc.wantMemory) {
+			if got := names(a.Resize.Memory); !slices.Equal(got, tc.wantMemory) {
 				t.Errorf("memory updates = %v, want %v", got, tc.wantMemory)
 			}
-			if got := names(a.Resize.CPU); !equalStrings(got, tc.wantCPU) {
+			if got := names(a.Resize.CPU); !slices.Equal(got, tc.wantCPU) {
 				t.Errorf("cpu updates = %v, want %v", got, tc.wantCPU)
 			}
 			if a.Resize.UpdatePod != tc.wantPod {
@@ -180,7 +163,7 @@ func TestComputeResizeActions(t *testing.T) {
 					t.Errorf("kill %s = %q, want %q", id, a.KillContainers[id], msg)
 				}
 			}
-			if !equalInts(a.StartContainers, tc.wantStart) || !equalInts(a.StartInit, tc.wantStartInit) {
+			if !slices.Equal(a.StartContainers, tc.wantStart) || !slices.Equal(a.StartInit, tc.wantStartInit) {
 				t.Errorf("start = %v, init %v; want %v, %v", a.StartContainers, a.StartInit, tc.wantStart, tc.wantStartInit)
 			}
 			if a.KillPod {
@@ -188,22 +171,6 @@ func TestComputeResizeActions(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	return strings.Join(a, ",") == strings.Join(b, ",")
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // describe renders steps as "pod:memory", "a:cpu", ...
@@ -313,3 +280,5 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+var rr = resourcetest.Requirements

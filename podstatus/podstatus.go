@@ -746,40 +746,38 @@ func statusResources(in Input, spec *v1.Container, cur *runtimeapi.ContainerStat
 	old, had := prev[spec.Name]
 	// What the runtime does not report is what it last reported for this same
 	// running container.
-	keep := func(name v1.ResourceName, from func(*v1.ResourceRequirements) v1.ResourceList, into v1.ResourceList) {
+	keep := func(name v1.ResourceName, limit bool, into v1.ResourceList) {
 		if !had || old.State.Running == nil || old.ContainerID != containerID(in.RuntimeName, cur.Id) || old.Resources == nil {
 			return
 		}
-		if q, ok := from(old.Resources)[name]; ok {
+		from := old.Resources.Requests
+		if limit {
+			from = old.Resources.Limits
+		}
+		if q, ok := from[name]; ok {
 			into[name] = q.DeepCopy()
 		}
 	}
-	limits := func(r *v1.ResourceRequirements) v1.ResourceList { return r.Limits }
-	requests := func(r *v1.ResourceRequirements) v1.ResourceList { return r.Requests }
-	if r.Limits != nil {
+	for _, l := range []struct {
+		list     v1.ResourceList
+		limit    bool
+		cpu, mem *resource.Quantity
+		cpuFloor int64
+	}{{r.Limits, true, cpuLimit, memLimit, minMilliCPULimit}, {r.Requests, false, cpuRequest, memRequest, minShares}} {
+		if l.list == nil {
+			continue
+		}
 		switch {
-		case cpuLimit == nil:
-			keep(v1.ResourceCPU, limits, r.Limits)
-		case cpuLimit.MilliValue() > minMilliCPULimit || r.Limits.Cpu().MilliValue() > minMilliCPULimit:
-			r.Limits[v1.ResourceCPU] = cpuLimit.DeepCopy()
+		case l.cpu == nil:
+			keep(v1.ResourceCPU, l.limit, l.list)
+		case l.cpu.MilliValue() > l.cpuFloor || l.list.Cpu().MilliValue() > l.cpuFloor:
+			// At or below the floor on both sides, the allocated value stays (upstream).
+			l.list[v1.ResourceCPU] = l.cpu.DeepCopy()
 		}
-		if memLimit != nil {
-			r.Limits[v1.ResourceMemory] = memLimit.DeepCopy()
+		if l.mem != nil {
+			l.list[v1.ResourceMemory] = l.mem.DeepCopy()
 		} else {
-			keep(v1.ResourceMemory, limits, r.Limits)
-		}
-	}
-	if r.Requests != nil {
-		switch {
-		case cpuRequest == nil:
-			keep(v1.ResourceCPU, requests, r.Requests)
-		case cpuRequest.MilliValue() > minShares || r.Requests.Cpu().MilliValue() > minShares:
-			r.Requests[v1.ResourceCPU] = cpuRequest.DeepCopy()
-		}
-		if memRequest != nil {
-			r.Requests[v1.ResourceMemory] = memRequest.DeepCopy()
-		} else {
-			keep(v1.ResourceMemory, requests, r.Requests)
+			keep(v1.ResourceMemory, l.limit, l.list)
 		}
 	}
 	return r

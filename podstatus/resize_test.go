@@ -7,26 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/resourcetest"
 	"github.com/nodelet/nodelet/pleg"
 )
-
-func requirements(cpuReq, memReq, cpuLim, memLim string) v1.ResourceRequirements {
-	r := v1.ResourceRequirements{}
-	set := func(l *v1.ResourceList, name v1.ResourceName, v string) {
-		if v == "" {
-			return
-		}
-		if *l == nil {
-			*l = v1.ResourceList{}
-		}
-		(*l)[name] = resource.MustParse(v)
-	}
-	set(&r.Requests, v1.ResourceCPU, cpuReq)
-	set(&r.Requests, v1.ResourceMemory, memReq)
-	set(&r.Limits, v1.ResourceCPU, cpuLim)
-	set(&r.Limits, v1.ResourceMemory, memLim)
-	return r
-}
 
 func withLinux(c *runtimeapi.ContainerStatus, shares, quota, period, mem int64) *runtimeapi.ContainerStatus {
 	c.Resources = &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{CpuShares: shares, CpuQuota: quota, CpuPeriod: period, MemoryLimitInBytes: mem}}
@@ -175,3 +158,5 @@ func TestResizeConditionsAndGeneration(t *testing.T) {
 		}
 	}
 }
+
+var requirements = resourcetest.Requirements

@@ -106,15 +106,22 @@ func (r *rig) runningContainer(t *testing.T, uid string) *runtimeapi.Container {
 	return nil
 }
 
+// startedGuaranteed runs a loop with one running Guaranteed 100m/64Mi pod.
+func startedGuaranteed(t *testing.T, uid, name string) (*rig, *v1.Pod) {
+	t.Helper()
+	r := newRig(t, nil, withActuated())
+	r.ready()
+	pod := sized(uid, name, 1, "100m", "64Mi", "100m", "64Mi")
+	r.send(podconfig.OpAdd, pod)
+	eventually.True(t, "the pod to run", func() bool { return r.runningContainer(t, uid) != nil })
+	return r, pod
+}
+
 // A pod grown from 100m/64Mi to 200m/128Mi through an update: admitted at
 // once, actuated on the running container, reported in its status, and the
 // conditions and events come and go as upstream's.
 func TestResizeInPlaceThroughTheLoop(t *testing.T) {
-	r := newRig(t, nil, withActuated())
-	r.ready()
-	pod := sized("uid-r", "resize", 1, "100m", "64Mi", "100m", "64Mi")
-	r.send(podconfig.OpAdd, pod)
-	eventually.True(t, "the pod to run", func() bool { return r.runningContainer(t, "uid-r") != nil })
+	r, pod := startedGuaranteed(t, "uid-r", "resize")
 	id := r.runningContainer(t, "uid-r").Id
 
 	events := &eventLog{r: r}
@@ -177,11 +184,7 @@ func TestResizeDeferredUntilRoomFreesUp(t *testing.T) {
 // reason, OutOfcpu, is in the event); a pod-level resize, which nodelet lacks,
 // is Infeasible and never retried.
 func TestResizeBeyondAllocatableAndInfeasible(t *testing.T) {
-	r := newRig(t, nil, withActuated())
-	r.ready()
-	pod := sized("uid-x", "x", 1, "100m", "64Mi", "100m", "64Mi")
-	r.send(podconfig.OpAdd, pod)
-	eventually.True(t, "the pod to run", func() bool { return r.runningContainer(t, "uid-x") != nil })
+	r, pod := startedGuaranteed(t, "uid-x", "x")
 
 	r.send(podconfig.OpUpdate, sized("uid-x", "x", 2, "3", "64Mi", "3", "64Mi"))
 	eventually.True(t, "Deferred beyond allocatable", func() bool {

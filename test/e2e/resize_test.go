@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,20 +84,6 @@ func cgroupFiles(t *testing.T, dir string) string {
 		readCgroup(t, filepath.Join(mem, "memory.limit_in_bytes")))
 }
 
-func resizeEvents(ctx context.Context, t *testing.T, f *framework.Framework, ns, pod string) []string {
-	t.Helper()
-	evs, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
-	if err != nil {
-		t.Fatalf("listing events of %s: %v", pod, err)
-	}
-	var out []string
-	for _, e := range evs.Items {
-		if strings.HasPrefix(e.Reason, "Resize") {
-			out = append(out, e.Reason+": "+e.Message)
-		}
-	}
-	return out
-}
 
 // TestInPlacePodResize grows a running Guaranteed pod from 100m/64Mi to
 // 200m/128Mi through the resize subresource: the same container (restart
@@ -146,8 +133,8 @@ func TestInPlacePodResize(t *testing.T) {
 		t.Errorf("pod cgroup after the resize: %s, want %s", got, after)
 	}
 	err := framework.WaitFor(ctx, 30*time.Second, "ResizeStarted and ResizeCompleted events", func(ctx context.Context) (bool, error) {
-		evs := strings.Join(resizeEvents(ctx, t, f, ns, "resize"), "\n")
-		return strings.Contains(evs, "ResizeStarted: Pod resize started: ") && strings.Contains(evs, "ResizeCompleted: Pod resize completed: "), nil
+		reasons := eventReasons(ctx, t, f, ns, "resize")
+		return slices.Contains(reasons, "ResizeStarted") && slices.Contains(reasons, "ResizeCompleted"), nil
 	})
 	if err != nil {
 		t.Error(err)

@@ -88,10 +88,10 @@ func cgroupFiles(t *testing.T, dir string) string {
 // TestInPlacePodResize grows a running Guaranteed pod from 100m/64Mi to
 // 200m/128Mi through the resize subresource: the same container (restart
 // count 0) gets the new cgroup limits, as does its pod cgroup, and the status
-// shows allocatedResources and resources. A resize beyond allocatable stays
-// pending (Deferred, as upstream v1.37 reports it) without touching the
-// cgroups. A container whose memory resizePolicy is RestartContainer is
-// restarted with the new limit.
+// shows allocatedResources and resources. A resize that does not fit next to
+// another pod is Deferred, cgroups untouched, until that pod goes; one beyond
+// allocatable is refused by the API server (upstream v1.37). A container
+// whose memory resizePolicy is RestartContainer is restarted with the new limit.
 func TestInPlacePodResize(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -126,13 +126,14 @@ func TestInPlacePodResize(t *testing.T) {
 		t.Fatalf("the container was restarted: restartCount %d, containerID %s (was %s)", cs.RestartCount, cs.ContainerID, id)
 	}
 	after := "cpu.cfs_quota_us=20000 cpu.shares=204 memory.limit_in_bytes=134217728"
+	var err error
 	if got := cgroupFiles(t, ctrDir); got != after {
 		t.Errorf("container cgroup after the resize: %s, want %s", got, after)
 	}
 	if got := cgroupFiles(t, podDir); got != after {
 		t.Errorf("pod cgroup after the resize: %s, want %s", got, after)
 	}
-	err := framework.WaitFor(ctx, 30*time.Second, "ResizeStarted and ResizeCompleted events", func(ctx context.Context) (bool, error) {
+	err = framework.WaitFor(ctx, 30*time.Second, "ResizeStarted and ResizeCompleted events", func(ctx context.Context) (bool, error) {
 		reasons := eventReasons(ctx, t, f, ns, "resize")
 		return slices.Contains(reasons, "ResizeStarted") && slices.Contains(reasons, "ResizeCompleted"), nil
 	})
@@ -140,26 +141,48 @@ func TestInPlacePodResize(t *testing.T) {
 		t.Error(err)
 	}
 
-	// Far beyond what the node has: pending, nothing changes.
-	resize(ctx, t, f, ns, "resize", "1000", "128Mi")
-	pending := f.WaitForPod(ctx, ns, "resize", time.Minute, "to have its resize pending", func(p *v1.Pod) bool {
+	// A resize that does not fit next to the other pods waits (Deferred, with
+	// the admission's words) and goes through once room frees up.
+	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocatable := node.Status.Allocatable.Cpu().MilliValue()
+	filler := f.BusyboxPod(ns, "filler", "sleep", "3600")
+	filler.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(allocatable-300, resource.DecimalSI)}
+	f.CreatePod(ctx, filler)
+	f.WaitForPodReady(ctx, ns, "filler", 2*time.Minute)
+	resize(ctx, t, f, ns, "resize", "400m", "128Mi")
+	pending := f.WaitForPod(ctx, ns, "resize", time.Minute, "to have its resize deferred", func(p *v1.Pod) bool {
 		c := resizeCondition(p, v1.PodResizePending)
 		return c != nil && c.ObservedGeneration == p.Generation
 	})
 	c := resizeCondition(pending, v1.PodResizePending)
-	t.Logf("beyond allocatable: PodResizePending %s: %s", c.Reason, c.Message)
-	if c.Reason != v1.PodReasonDeferred || !strings.HasPrefix(c.Message, "Node didn't have enough resource: cpu, requested: 1000000, used: ") {
-		t.Errorf("PodResizePending = %s %q, want Deferred for want of cpu", c.Reason, c.Message)
+	t.Logf("resize that does not fit now: PodResizePending %s: %s", c.Reason, c.Message)
+	wantMsg := fmt.Sprintf("Node didn't have enough resource: cpu, requested: 400, used: %d, capacity: %d", allocatable-300, allocatable)
+	if c.Reason != v1.PodReasonDeferred || c.Message != wantMsg {
+		t.Errorf("PodResizePending = %s %q, want Deferred %q", c.Reason, c.Message, wantMsg)
 	}
 	if got := pending.Status.ContainerStatuses[0].AllocatedResources[v1.ResourceCPU]; got.MilliValue() != 200 {
-		t.Errorf("allocatedResources cpu = %s while the resize pends, want 200m", got.String())
+		t.Errorf("allocatedResources cpu = %s while the resize is deferred, want 200m", got.String())
 	}
 	if got := cgroupFiles(t, ctrDir); got != after {
-		t.Errorf("container cgroup changed by a pending resize: %s", got)
+		t.Errorf("container cgroup changed by a deferred resize: %s", got)
 	}
-	// Back to what is allocated: nothing pends any more.
-	resize(ctx, t, f, ns, "resize", "200m", "128Mi")
-	f.WaitForPod(ctx, ns, "resize", time.Minute, "to drop the pending resize", resized("200m", "128Mi"))
+	f.DeletePod(ctx, ns, "filler", nil)
+	f.WaitForPodGone(ctx, ns, "filler", time.Minute)
+	f.WaitForPod(ctx, ns, "resize", time.Minute, "to be resized once the filler is gone", resized("400m", "128Mi"))
+	if got := cgroupFiles(t, ctrDir); got != "cpu.cfs_quota_us=40000 cpu.shares=409 memory.limit_in_bytes=134217728" {
+		t.Errorf("container cgroup after the deferred resize: %s", got)
+	}
+
+	// More than the node has at all: the API server refuses it (upstream v1.37's
+	// PodResize admission), the kubelet never sees it.
+	_, err = f.Client.CoreV1().Pods(ns).Patch(ctx, "resize", types.StrategicMergePatchType,
+		resizePatch(fmt.Sprintf("%dm", 2*allocatable), "128Mi"), metav1.PatchOptions{}, "resize")
+	if err == nil || !strings.Contains(err.Error(), "node didn't have enough allocatable resources") {
+		t.Errorf("a resize beyond allocatable: err = %v, want the API server's refusal", err)
+	}
 
 	// RestartContainer on memory: the container restarts with the new limit.
 	rp := f.BusyboxPod(ns, "resize-restart", "sleep", "3600")

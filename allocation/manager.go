@@ -318,6 +318,20 @@ func (m *Manager) ClearInProgress(uid types.UID) (int64, bool) {
 	return gen, true
 }
 
+// ResizesInProgress counts the pods with PodResizeInProgress
+// (kubelet_pod_in_progress_resizes).
+func (m *Manager) ResizesInProgress() int {
+	m.condMu.Lock()
+	defer m.condMu.Unlock()
+	n := 0
+	for _, c := range m.conds {
+		if c.inProgress != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // ClearConditions drops both conditions (the pod reached a terminal phase).
 func (m *Manager) ClearConditions(uid types.UID) {
 	m.condMu.Lock()

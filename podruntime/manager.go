@@ -201,6 +201,8 @@ type Result struct {
 	// then says why it failed; the next sync tries again).
 	Resized   bool
 	ResizeErr error
+	// ResizeDuration is how long the resize took.
+	ResizeDuration time.Duration
 }
 
 // SyncPod drives the runtime one step toward pod's spec.
@@ -267,7 +269,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	var errs []error
 	if !acts.CreateSandbox && acts.Resize.Needed() {
 		res.Resized = true
-		if err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize); err != nil {
+		start := m.clock.Now()
+		err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize)
+		res.ResizeDuration = m.clock.Since(start)
+		if err != nil {
 			logger.Error(err, "Resizing pod failed; the next sync tries again")
 			res.ResizeErr = err
 			errs = append(errs, fmt.Errorf("resizing pod: %w", err))

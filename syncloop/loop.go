@@ -203,7 +203,7 @@ func New(cfg Config, deps Deps) *Loop {
 		pods:        map[types.UID]*v1.Pod{},
 		workers:     map[types.UID]*worker{},
 		synced:      make(chan struct{}),
-		metrics:     newMetrics(deps.Registerer),
+		metrics:     newMetrics(deps.Registerer, deps.Allocations.ResizesInProgress),
 		relistNow:   make(chan struct{}, 1),
 		resizeRetry: make(chan struct{}, 1),
 	}

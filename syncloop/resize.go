@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -40,6 +41,7 @@ type Allocations interface {
 	ClearPending(uid types.UID)
 	ClearConditions(uid types.UID)
 	BackfillConditions(pod *v1.Pod)
+	ResizesInProgress() int
 }
 
 // ActuatedResources says what the runtime was last told of a pod's
@@ -105,7 +107,14 @@ func (resizePods) PodRequests(pod *v1.Pod) v1.ResourceList { return PodRequests(
 // noteResize handles an update of an admitted pod whose resources changed
 // from old: a resize to decide now (or a reverted one, which pends no more).
 func (l *Loop) noteResize(ctx context.Context, old, pod *v1.Pod) {
-	if old == nil || !resourcesChanged(old, pod) || !l.deps.Allocations.HasAllocation(pod.UID) {
+	if old == nil || !l.deps.Allocations.HasAllocation(pod.UID) {
+		return
+	}
+	ops := requestedResizes(old, pod)
+	for _, op := range ops {
+		l.metrics.requestedResizes.WithLabelValues(op.resource, op.requirement, op.operation).Inc()
+	}
+	if len(ops) == 0 && apiequality.Semantic.DeepEqual(old.Spec.Resources, pod.Spec.Resources) {
 		return
 	}
 	if _, differs := l.deps.Allocations.UpdatePodFromAllocation(pod); !differs {
@@ -117,23 +126,53 @@ func (l *Loop) noteResize(ctx context.Context, old, pod *v1.Pod) {
 	l.retryResizes(ctx)
 }
 
-// resourcesChanged says whether a container's or the pod's resources differ.
-func resourcesChanged(a, b *v1.Pod) bool {
-	if !apiequality.Semantic.DeepEqual(a.Spec.Resources, b.Spec.Resources) {
-		return true
-	}
-	for _, lists := range [][2][]v1.Container{{a.Spec.InitContainers, b.Spec.InitContainers}, {a.Spec.Containers, b.Spec.Containers}} {
-		byName := map[string]v1.ResourceRequirements{}
+// resizeOp is one requested change of a container's cpu or memory request or
+// limit (kubelet_container_requested_resizes_total's labels).
+type resizeOp struct{ resource, requirement, operation string }
+
+// requestedResizes lists what an update changes of the containers' cpu and
+// memory requests and limits, as upstream counts them: add, remove, increase
+// or decrease, per container, resource and requirement.
+func requestedResizes(old, pod *v1.Pod) []resizeOp {
+	var out []resizeOp
+	for _, lists := range [][2][]v1.Container{{old.Spec.InitContainers, pod.Spec.InitContainers}, {old.Spec.Containers, pod.Spec.Containers}} {
+		was := map[string]v1.ResourceRequirements{}
 		for _, c := range lists[0] {
-			byName[c.Name] = c.Resources
+			was[c.Name] = c.Resources
 		}
 		for _, c := range lists[1] {
-			if r, ok := byName[c.Name]; ok && !apiequality.Semantic.DeepEqual(r, c.Resources) {
-				return true
+			before, ok := was[c.Name]
+			if !ok {
+				continue
+			}
+			for _, name := range []v1.ResourceName{v1.ResourceMemory, v1.ResourceCPU} {
+				for _, req := range []struct {
+					label     string
+					now, then v1.ResourceList
+				}{{"requests", c.Resources.Requests, before.Requests}, {"limits", c.Resources.Limits, before.Limits}} {
+					now, then := req.now[name], req.then[name]
+					if op := resizeOperation(now, then); op != "" {
+						out = append(out, resizeOp{string(name), req.label, op})
+					}
+				}
 			}
 		}
 	}
-	return false
+	return out
+}
+
+func resizeOperation(now, then resource.Quantity) string {
+	switch {
+	case now.IsZero() && !then.IsZero():
+		return "remove"
+	case then.IsZero() && !now.IsZero():
+		return "add"
+	case now.Cmp(then) < 0:
+		return "decrease"
+	case now.Cmp(then) > 0:
+		return "increase"
+	}
+	return ""
 }
 
 // retryResizes decides the pending resizes (once every pod source is ready,

@@ -2,8 +2,12 @@ package syncloop
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -107,9 +111,9 @@ func (r *rig) runningContainer(t *testing.T, uid string) *runtimeapi.Container {
 }
 
 // startedGuaranteed runs a loop with one running Guaranteed 100m/64Mi pod.
-func startedGuaranteed(t *testing.T, uid, name string) (*rig, *v1.Pod) {
+func startedGuaranteed(t *testing.T, uid, name string, opts ...rigOption) (*rig, *v1.Pod) {
 	t.Helper()
-	r := newRig(t, nil, withActuated())
+	r := newRig(t, nil, append([]rigOption{withActuated()}, opts...)...)
 	r.ready()
 	pod := sized(uid, name, 1, "100m", "64Mi", "100m", "64Mi")
 	r.send(podconfig.OpAdd, pod)
@@ -121,7 +125,8 @@ func startedGuaranteed(t *testing.T, uid, name string) (*rig, *v1.Pod) {
 // once, actuated on the running container, reported in its status, and the
 // conditions and events come and go as upstream's.
 func TestResizeInPlaceThroughTheLoop(t *testing.T) {
-	r, pod := startedGuaranteed(t, "uid-r", "resize")
+	reg := prometheus.NewRegistry()
+	r, pod := startedGuaranteed(t, "uid-r", "resize", func(_ context.Context, _ *rig, _ *podruntime.Config, deps *Deps) { deps.Registerer = reg })
 	id := r.runningContainer(t, "uid-r").Id
 
 	events := &eventLog{r: r}
@@ -143,6 +148,44 @@ func TestResizeInPlaceThroughTheLoop(t *testing.T) {
 	cs := r.containerStatus(pod.UID)
 	if cs.RestartCount != 0 || cs.ContainerID != "containerd://"+id {
 		t.Errorf("the container restarted: restartCount %d, id %s (was %s)", cs.RestartCount, cs.ContainerID, id)
+	}
+
+	// Upstream's resize metrics: four requested changes, one successful
+	// actuation, nothing in progress any more.
+	want := `
+# HELP kubelet_container_requested_resizes_total Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.
+# TYPE kubelet_container_requested_resizes_total counter
+kubelet_container_requested_resizes_total{operation="increase",requirement="limits",resource="cpu"} 1
+kubelet_container_requested_resizes_total{operation="increase",requirement="limits",resource="memory"} 1
+kubelet_container_requested_resizes_total{operation="increase",requirement="requests",resource="cpu"} 1
+kubelet_container_requested_resizes_total{operation="increase",requirement="requests",resource="memory"} 1
+# HELP kubelet_pod_in_progress_resizes Number of in-progress resizes for pods.
+# TYPE kubelet_pod_in_progress_resizes gauge
+kubelet_pod_in_progress_resizes 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_container_requested_resizes_total", "kubelet_pod_in_progress_resizes"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(r.loop.metrics.resizeDuration, "kubelet_pod_resize_duration_milliseconds"); n != 1 {
+		t.Errorf("pod_resize_duration_milliseconds series = %d, want 1 (success=true)", n)
+	}
+}
+
+func TestRequestedResizes(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	old := sized("u", "p", 1, "100m", "64Mi", "", "128Mi")
+	old.Spec.InitContainers = []v1.Container{{Name: "side", RestartPolicy: &always, Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("10m")}}}}
+	cur := old.DeepCopy()
+	cur.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("50m")
+	cur.Spec.Containers[0].Resources.Limits[v1.ResourceCPU] = resource.MustParse("1")
+	delete(cur.Spec.Containers[0].Resources.Limits, v1.ResourceMemory)
+	cur.Spec.InitContainers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("20m")
+	got := fmt.Sprint(requestedResizes(old, cur))
+	if want := "[{cpu requests increase} {memory limits remove} {cpu requests decrease} {cpu limits add}]"; got != want {
+		t.Errorf("requestedResizes = %s\nwant %s", got, want)
+	}
+	if ops := requestedResizes(old, old.DeepCopy()); len(ops) != 0 {
+		t.Errorf("no change gave %v", ops)
 	}
 }
 

@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -189,6 +190,9 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 		// Cancelled because the pod is stopping: the kill comes next.
 		logger.V(2).Info("Pod sync cancelled", "err", err)
 		return opResult{Op: opSync, Err: err}
+	}
+	if res.Resized {
+		l.metrics.resizeDuration.WithLabelValues(strconv.FormatBool(res.ResizeErr == nil)).Observe(float64(res.ResizeDuration.Milliseconds()))
 	}
 	if res.ResizeErr != nil {
 		l.resizeFailed(allocated, res.ResizeErr)

@@ -84,7 +84,6 @@ func cgroupFiles(t *testing.T, dir string) string {
 		readCgroup(t, filepath.Join(mem, "memory.limit_in_bytes")))
 }
 
-
 // TestInPlacePodResize grows a running Guaranteed pod from 100m/64Mi to
 // 200m/128Mi through the resize subresource: the same container (restart
 // count 0) gets the new cgroup limits, as does its pod cgroup, and the status

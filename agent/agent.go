@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
@@ -294,11 +295,24 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	var podCgroups podruntime.PodCgroups
 	var cgroupCleaner syncloop.PodCgroups
+	var podResize podruntime.PodCgroupResizer
 	var qos *qosCgroups
 	if cg.mgr != nil {
 		qos = &qosCgroups{mgr: cg.mgr, activePods: queries.activePods}
-		podCgroups, cgroupCleaner = qos, cg.mgr
+		podCgroups, cgroupCleaner, podResize = qos, cg.mgr, cg.mgr
 	}
+	// In-place resize: what each pod was allocated at admission or resize, and
+	// what the runtime was told, checkpointed as upstream's (allocated_pods_state,
+	// actuated_pods_state). A checkpoint that cannot be read stops the start.
+	allocated, err := allocation.OpenState(opts.RootDir, allocation.AllocatedStateFile)
+	if err != nil {
+		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
+	}
+	actuated, err := allocation.OpenState(opts.RootDir, allocation.ActuatedStateFile)
+	if err != nil {
+		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
+	}
+	allocations := allocation.NewManager(allocated, cg.resources, recorder, clk)
 
 	// The configMaps and secrets pods reference, read per
 	// configMapAndSecretChangeDetectionStrategy by volumes, env and pull secrets.
@@ -393,6 +407,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		ImageVolumeSupport:    imageVolumes,
 		CredentialProviders:   credProviders,
 		UserNamespaces:        usernsMgr,
+		Actuated:              actuated,
+		PodResize:             podResize,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -415,6 +431,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Sysctls:         sysctls,
 		Objects:         objects,
 		AppArmorEnabled: appArmor,
+		Allocations:     allocations,
+		Actuated:        actuated,
 	})
 	a.synced = loop.Synced()
 

@@ -1,5 +1,7 @@
 package cri
 
+import runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 // Label and annotation keys nodelet puts on CRI sandboxes and containers. They are
 // the keys the upstream kubelet uses, so a node switched from the kubelet to nodelet
 // (or back) recognises the pods already running there.
@@ -17,3 +19,12 @@ const (
 	AnnotationContainerTerminationGrace = "io.kubernetes.container.terminationGracePeriod"
 	AnnotationSandboxConfigHash         = "nodelet.io/sandbox-config-hash"
 )
+
+// ContainerName is the pod container a runtime container stands for: its
+// container-name label, else its metadata name.
+func ContainerName(c *runtimeapi.ContainerStatus) string {
+	if n := c.GetLabels()[LabelContainerName]; n != "" {
+		return n
+	}
+	return c.GetMetadata().GetName()
+}

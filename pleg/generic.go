@@ -119,6 +119,8 @@ type Generic struct {
 	relistTime time.Time
 	relistErr  error
 	seen       []*podSnapshot
+	// requested are pods RequestReinspect asked for, taken by the next relist.
+	requested map[types.UID]bool
 }
 
 // NewGeneric returns a PLEG relisting rt every relistPeriod, reporting itself
@@ -335,6 +337,18 @@ func (g *Generic) list(ctx context.Context) ([]*runtimeapi.PodSandbox, []*runtim
 	return sandboxes, containers, nil
 }
 
+// RequestReinspect makes the next relist inspect the pod even if none of its
+// containers changed state: a resize changes a container's resources, which
+// only a fresh ContainerStatus shows.
+func (g *Generic) RequestReinspect(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.requested == nil {
+		g.requested = map[types.UID]bool{}
+	}
+	g.requested[uid] = true
+}
+
 // RelistError returns why the last relist could not list the runtime, or nil
 // if it could. Next to an unhealthy Healthy() it tells a failing or slow
 // runtime (an error here) from a relist loop that is not running at all (nil).
@@ -365,6 +379,13 @@ func (g *Generic) Relist(ctx context.Context) {
 		defer func() { g.metrics.duration.Observe(g.clock.Since(start).Seconds()) }()
 	}
 	g.lastStart = start
+
+	g.mu.Lock()
+	for uid := range g.requested {
+		g.reinspect[uid] = true
+	}
+	g.requested = nil
+	g.mu.Unlock()
 
 	sandboxes, containers, err := g.list(ctx)
 	g.mu.Lock()

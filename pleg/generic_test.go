@@ -703,3 +703,38 @@ func TestRelistUnblocksWaiters(t *testing.T) {
 		}
 	}
 }
+
+// A resize changes a running container's resources and nothing else: only a
+// requested reinspection brings the new resources into the cache.
+func TestRequestReinspectRefreshesUnchangedPod(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	sb := h.runPod("r1")
+	id := h.createContainer(sb, "r1", "app", 0, true)
+	h.pleg.Relist(ctx)
+	h.drain()
+	shares := func() int64 {
+		st, _ := h.cache.Get("r1")
+		for _, c := range st.Containers {
+			if c.Id == id {
+				return c.GetResources().GetLinux().GetCpuShares()
+			}
+		}
+		return -1
+	}
+	if err := h.cli.UpdateContainerResources(ctx, id, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{CpuShares: 512}}); err != nil {
+		t.Fatal(err)
+	}
+	h.pleg.Relist(ctx)
+	if got := shares(); got == 512 {
+		t.Fatal("a plain relist re-inspected an unchanged pod")
+	}
+	h.pleg.RequestReinspect("r1")
+	h.pleg.Relist(ctx)
+	if got := shares(); got != 512 {
+		t.Fatalf("after a requested reinspection cpu shares = %d, want 512", got)
+	}
+	if evs := h.drain(); len(evs) != 0 {
+		t.Fatalf("the reinspection sent events %v", evs)
+	}
+}

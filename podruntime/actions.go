@@ -46,6 +46,8 @@ type Actions struct {
 	Waiting map[string]podstatus.Waiting
 	// RequeueAfter asks for another sync when a back-off ends.
 	RequeueAfter time.Duration
+	// Resize is the in-place resize of running containers and of the pod cgroup.
+	Resize ResizePlan
 }
 
 // BackoffChecker answers whether a container is still in its restart back-off.
@@ -76,6 +78,15 @@ const unknownState = "unknown"
 // restart policy and back-off, once the runtime reports them dead), and an init
 // container after a sidecar waits until the sidecar has started. probes may be nil.
 func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) Actions {
+	return ComputeActionsWithResize(pod, st, backoff, now, probes, nil)
+}
+
+// ComputeActionsWithResize is ComputeActionsWithProbes for a pod carrying its
+// allocated resources: a running container whose actuated resources (what
+// the runtime was told) differ is resized in place (Actions.Resize), or
+// killed and started again when its resizePolicy asks (a restart counts as
+// the container being wanted). actuated nil resizes nothing.
+func ComputeActionsWithResize(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) Actions {
 	a := Actions{KillContainers: map[string]string{}, KillGrace: map[string]int64{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
 	if changed, attempt := sandboxChanged(pod, st); changed {
@@ -83,8 +94,17 @@ func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 		return a
 	}
 	a.SandboxID = st.Sandboxes[0].Id
-	if initialized := a.initActions(pod, byName, backoff, now, probes); initialized && !a.KillPod {
-		a.appActions(pod, byName, backoff, now, probes)
+	if initialized := a.initActions(pod, byName, backoff, now, probes, actuated); initialized && !a.KillPod {
+		a.appActions(pod, byName, backoff, now, probes, actuated)
+	}
+	if !a.KillPod && !a.Resize.UpdatePod {
+		// A container (re)starting with other resources than it ran with needs the
+		// pod cgroup resized first.
+		a.Resize.UpdatePod = startingResized(pod.Spec.InitContainers, a.StartInit, actuated) ||
+			startingResized(pod.Spec.Containers, a.StartContainers, actuated)
+	}
+	if a.KillPod {
+		a.Resize = ResizePlan{}
 	}
 	if !a.KillPod {
 		// Also before the pod is initialized, as upstream: a debug container is
@@ -166,7 +186,7 @@ func (a *Actions) newSandbox(pod *v1.Pod, st *pleg.PodStatus, byName map[string]
 // upstream it walks the init containers from the last one: completed ones may
 // have been garbage collected, so the last one with a status tells how far
 // initialization got.
-func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) bool {
+func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) bool {
 	inits := pod.Spec.InitContainers
 	if len(inits) == 0 {
 		return true
@@ -205,7 +225,9 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 			start = append(start, i)
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
-				break // wait for it to finish
+				// Wait for it to finish; its resources may change meanwhile, in place.
+				a.planContainerResize(c, prev, actuated, false)
+				break
 			}
 			if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
 				if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
@@ -223,6 +245,8 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 				start = append(start, i)
 			} else if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
 				a.KillContainers[prev.Id] = msg
+			} else if a.planContainerResize(c, prev, actuated, true) {
+				start = append(start, i)
 			}
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
 			if sidecar {
@@ -274,7 +298,7 @@ func (a *Actions) failInit() {
 }
 
 // appActions decides the app containers' part of a sync of an initialized pod.
-func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) {
+func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) {
 	keep, wanted := 0, 0
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
@@ -298,6 +322,11 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 				if podutil.RestartsAfterKill(&pod.Spec, c) {
 					wanted++
 				}
+				continue
+			}
+			if a.planContainerResize(c, prev, actuated, true) {
+				a.StartContainers = append(a.StartContainers, i)
+				wanted++
 				continue
 			}
 			keep++
@@ -436,12 +465,7 @@ func latestByName(st *pleg.PodStatus) map[string]*runtimeapi.ContainerStatus {
 	return m
 }
 
-func containerName(c *runtimeapi.ContainerStatus) string {
-	if n := c.GetLabels()[cri.LabelContainerName]; n != "" {
-		return n
-	}
-	return c.GetMetadata().GetName()
-}
+func containerName(c *runtimeapi.ContainerStatus) string { return cri.ContainerName(c) }
 
 func hashOf(c *runtimeapi.ContainerStatus) string {
 	return c.GetAnnotations()[cri.AnnotationContainerHash]

@@ -118,6 +118,12 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		},
 		Linux: linux,
 	}
+	// What the runtime is told at creation is what the container runs with:
+	// the baseline of its next resize.
+	if err := m.actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("recording the resources of container %s: %w", c.Name, err)
+	}
 	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)

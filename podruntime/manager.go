@@ -21,6 +21,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/credentialprovider"
 	"github.com/nodelet/nodelet/envvars"
@@ -42,6 +43,10 @@ type Runtime interface {
 	StartContainer(ctx context.Context, containerID string) error
 	StopContainer(ctx context.Context, containerID string, timeout int64) error
 	RemoveContainer(ctx context.Context, containerID string) error
+	// In-place resize: container and sandbox resources, and a container's memory use.
+	UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error
+	UpdatePodSandboxResources(ctx context.Context, req *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error)
+	ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error)
 }
 
 // Images is the part of the CRI image service podruntime uses.
@@ -115,6 +120,11 @@ type Config struct {
 	// UserNamespaces gives pods their user namespace (hostUsers: false gets
 	// a range of host IDs); unset, such pods are refused.
 	UserNamespaces UserNamespaces
+	// Actuated records what the runtime was told of container resources (in-place
+	// resize); nil keeps it in memory.
+	Actuated Actuated
+	// PodResize, when set, resizes pod cgroups in place (with PodCgroups).
+	PodResize PodCgroupResizer
 }
 
 // RuntimeClasses resolves a RuntimeClass name to its CRI runtime handler.
@@ -168,6 +178,8 @@ type Manager struct {
 	recorder record.EventRecorder
 	clock    clock.Clock
 
+	actuated Actuated
+
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
 	pullSlots    chan struct{}
@@ -186,8 +198,12 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 	if initial > cfg.CrashLoopBackOffMax {
 		initial = cfg.CrashLoopBackOffMax
 	}
+	var actuated Actuated = allocation.NewMemoryState()
+	if cfg.Actuated != nil {
+		actuated = cfg.Actuated
+	}
 	return &Manager{
-		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk,
+		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk, actuated: actuated,
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
@@ -217,15 +233,23 @@ type Result struct {
 	InitFailed bool
 	// Changed means the sync acted on the runtime (created, started or stopped something).
 	Changed bool
+	// Resized means the sync resized the pod in place (or tried to: ResizeErr
+	// then says why it failed; the next sync tries again).
+	Resized   bool
+	ResizeErr error
+	// ResizeDuration is how long the resize took.
+	ResizeDuration time.Duration
 }
 
 // SyncPod drives the runtime one step toward pod's spec.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	acts := ComputeActionsWithProbes(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes)
+	m.initActuated(ctx, pod)
+	acts := ComputeActionsWithResize(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes, m.actuatedFor(pod.UID))
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
-		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers))
+		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),
+		"resizeMemory", len(acts.Resize.Memory), "resizeCPU", len(acts.Resize.CPU), "resizePod", acts.Resize.UpdatePod)
 
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
@@ -276,8 +300,22 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		logger.Error(err, "Refreshing volumes failed; their earlier content stays")
 	}
+	// Resize before anything starts, as upstream: a container restarted for its
+	// resize starts in the resized pod cgroup.
+	var errs []error
+	if !acts.CreateSandbox && acts.Resize.Needed() {
+		res.Resized = true
+		start := m.clock.Now()
+		err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize)
+		res.ResizeDuration = m.clock.Since(start)
+		if err != nil {
+			logger.Error(err, "Resizing pod failed; the next sync tries again")
+			res.ResizeErr = err
+			errs = append(errs, fmt.Errorf("resizing pod: %w", err))
+		}
+	}
 	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
-		return res, nil
+		return res, errors.Join(errs...)
 	}
 
 	sandboxID := acts.SandboxID
@@ -358,7 +396,6 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		return err
 	}
-	var errs []error
 	// Ephemeral containers first, as upstream: one that fails to start holds up
 	// no one, and an init container that fails does not keep the debugger out.
 	for _, i := range acts.StartEphemeral {
@@ -597,6 +634,7 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStat
 		// to another pod. Its file is in the pod directory, which goes below.
 		m.cfg.UserNamespaces.Release(ctx, uid)
 	}
+	m.actuated.RemovePod(uid)
 	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -56,6 +57,14 @@ type Input struct {
 	// Terminal means the pod is done on this node (deleted, or finished): its phase
 	// must become Succeeded or Failed once its containers stopped.
 	Terminal bool
+	// ResizeConditions are the pod's PodResizePending and PodResizeInProgress
+	// conditions (in-place resize), reported as they are: they carry the
+	// generation of the resize they speak of.
+	ResizeConditions []v1.PodCondition
+	// Actuated gives what the runtime was last told of a container's resources:
+	// the memory request (which the runtime does not report) and, for a runtime
+	// reporting none, all of them. Pod is the pod with its allocated resources.
+	Actuated func(container string) (v1.ResourceRequirements, bool)
 }
 
 // Generate returns the pod status to report.
@@ -68,6 +77,8 @@ func Generate(in Input) v1.PodStatus {
 	}
 	s := v1.PodStatus{
 		QOSClass: QOSClass(pod),
+		// PodObservedGenerationTracking (GA): the status is of this generation.
+		ObservedGeneration: pod.Generation,
 	}
 	s.StartTime = prev.StartTime
 	if s.StartTime == nil {
@@ -358,6 +369,8 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 			}
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason}
 		}
+		cs.Resources = statusResources(in, spec, cur, prevByName)
+		cs.AllocatedResources = spec.Resources.Requests
 		if len(list) > 1 && list[1].State == runtimeapi.ContainerState_CONTAINER_EXITED {
 			cs.LastTerminationState.Terminated = terminated(in, spec, list[1])
 		} else if p, ok := prevByName[spec.Name]; ok && p.ContainerID != cs.ContainerID && p.State.Terminated != nil {
@@ -637,16 +650,22 @@ func conditions(in Input, s v1.PodStatus) []v1.PodCondition {
 	for _, c := range in.Previous.Conditions {
 		prev[c.Type] = c
 	}
-	owned := map[v1.PodConditionType]bool{}
-	out := make([]v1.PodCondition, 0, len(want)+len(in.Previous.Conditions))
+	// The resize conditions are the kubelet's even when it has none to report.
+	owned := map[v1.PodConditionType]bool{v1.PodResizePending: true, v1.PodResizeInProgress: true}
+	out := make([]v1.PodCondition, 0, len(want)+len(in.Previous.Conditions)+len(in.ResizeConditions))
 	for _, c := range want {
 		owned[c.Type] = true
+		c.ObservedGeneration = pod.Generation
 		if p, ok := prev[c.Type]; ok && p.Status == c.Status {
 			c.LastTransitionTime = p.LastTransitionTime
 		} else {
 			c.LastTransitionTime = metav1.NewTime(in.Now.Truncate(time.Second))
 		}
 		out = append(out, c)
+	}
+	if !podutil.IsTerminal(s.Phase) {
+		// A finished pod resizes nothing any more (upstream clears them).
+		out = append(out, in.ResizeConditions...)
 	}
 	for _, c := range in.Previous.Conditions {
 		if !owned[c.Type] {
@@ -697,3 +716,84 @@ func reasonIf(b bool, r string) string {
 
 // QOSClass is the pod's QoS class as the API defines it (one definition, in cgroups).
 func QOSClass(pod *v1.Pod) v1.PodQOSClass { return cgroups.QOSClass(pod) }
+
+// Upstream's floors below which cpu values read back from the runtime are
+// taken as the allocated ones: the minimum cpu.shares (2) and the smallest
+// effective cpu limit (10m).
+const (
+	minShares        = 2
+	minMilliCPULimit = 10
+)
+
+// statusResources is a container's status.resources: the allocated
+// resources, with what the runtime reports for a running container (cpu
+// request and limit, memory limit; the memory request from the actuated
+// record), keeping last status's value for one the runtime does not report.
+func statusResources(in Input, spec *v1.Container, cur *runtimeapi.ContainerStatus, prev map[string]v1.ContainerStatus) *v1.ResourceRequirements {
+	r := spec.Resources.DeepCopy()
+	if cur.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return r
+	}
+	var cpuLimit, cpuRequest, memLimit, memRequest *resource.Quantity
+	if lr := cur.GetResources().GetLinux(); lr != nil {
+		if lr.CpuPeriod > 0 {
+			if milli := cgroups.QuotaToMilliCPU(lr.CpuQuota, lr.CpuPeriod); milli > 0 {
+				cpuLimit = resource.NewMilliQuantity(milli, resource.DecimalSI)
+			}
+		}
+		if milli := cgroups.SharesToMilliCPU(lr.CpuShares); lr.CpuShares > 0 && milli > 0 {
+			cpuRequest = resource.NewMilliQuantity(milli, resource.DecimalSI)
+		}
+		if lr.MemoryLimitInBytes > 0 {
+			memLimit = resource.NewQuantity(lr.MemoryLimitInBytes, resource.BinarySI)
+		}
+	}
+	if in.Actuated != nil {
+		if act, ok := in.Actuated(spec.Name); ok {
+			if cpuLimit == nil && cpuRequest == nil && memLimit == nil {
+				cpuRequest, cpuLimit, memLimit = act.Requests.Cpu(), act.Limits.Cpu(), act.Limits.Memory()
+				memRequest = act.Requests.Memory()
+			} else if q := act.Requests[v1.ResourceMemory]; !q.IsZero() {
+				memRequest = &q
+			}
+		}
+	}
+	old, had := prev[spec.Name]
+	// What the runtime does not report is what it last reported for this same
+	// running container.
+	keep := func(name v1.ResourceName, limit bool, into v1.ResourceList) {
+		if !had || old.State.Running == nil || old.ContainerID != containerID(in.RuntimeName, cur.Id) || old.Resources == nil {
+			return
+		}
+		from := old.Resources.Requests
+		if limit {
+			from = old.Resources.Limits
+		}
+		if q, ok := from[name]; ok {
+			into[name] = q.DeepCopy()
+		}
+	}
+	for _, l := range []struct {
+		list     v1.ResourceList
+		limit    bool
+		cpu, mem *resource.Quantity
+		cpuFloor int64
+	}{{r.Limits, true, cpuLimit, memLimit, minMilliCPULimit}, {r.Requests, false, cpuRequest, memRequest, minShares}} {
+		if l.list == nil {
+			continue
+		}
+		switch {
+		case l.cpu == nil:
+			keep(v1.ResourceCPU, l.limit, l.list)
+		case l.cpu.MilliValue() > l.cpuFloor || l.list.Cpu().MilliValue() > l.cpuFloor:
+			// At or below the floor on both sides, the allocated value stays (upstream).
+			l.list[v1.ResourceCPU] = l.cpu.DeepCopy()
+		}
+		if l.mem != nil {
+			l.list[v1.ResourceMemory] = l.mem.DeepCopy()
+		} else {
+			keep(v1.ResourceMemory, l.limit, l.list)
+		}
+	}
+	return r
+}

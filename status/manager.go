@@ -462,7 +462,8 @@ func (m *Manager) markGone(uid types.UID) {
 // (set by the scheduler, controllers, eviction) are kept as they are.
 func isKubeletCondition(t v1.PodConditionType) bool {
 	switch t {
-	case v1.PodReadyToStartContainers, v1.PodInitialized, v1.PodReady, v1.ContainersReady:
+	case v1.PodReadyToStartContainers, v1.PodInitialized, v1.PodReady, v1.ContainersReady,
+		v1.PodResizePending, v1.PodResizeInProgress:
 		return true
 	}
 	return false

@@ -155,6 +155,7 @@ func TestPatchContentAndMerge(t *testing.T) {
 			cond("example.com/gate", v1.ConditionTrue, t0.Add(-2*time.Hour)),
 			cond(v1.DisruptionTarget, v1.ConditionTrue, t0.Add(-time.Minute)),
 			cond(v1.PodReadyToStartContainers, v1.ConditionTrue, t0.Add(-time.Minute)), // ours, now dropped
+			cond(v1.PodResizeInProgress, v1.ConditionTrue, t0.Add(-time.Minute)),       // a resize done since
 		},
 		NominatedNodeName: "n",
 	}

@@ -187,7 +187,7 @@ func TestAdmittersOrder(t *testing.T) {
 }
 
 func TestAdmissionRejectionLabel(t *testing.T) {
-	m := newMetrics(nil)
+	m := newMetrics(nil, func() int { return 0 })
 	for _, r := range []string{"OutOfmemory", "OutOfexample.com/dongle", "NodeAffinity", "TaintToleration", "SysctlForbidden", "OutOfhugepages-2Mi"} {
 		m.admissionRejected(r)
 	}

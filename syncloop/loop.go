@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -55,6 +56,9 @@ type PLEG interface {
 	// Relist lists the runtime now; the loop asks for it right after a sync changed
 	// something, so a started pod is seen running without waiting for the period.
 	Relist(ctx context.Context)
+	// RequestReinspect makes the next relist inspect the pod although no
+	// container changed state (a resize changes resources only).
+	RequestReinspect(uid types.UID)
 }
 
 // StatusManager keeps pod statuses and reports them.
@@ -147,6 +151,12 @@ type Deps struct {
 	// Objects, when set, registers a pod's referenced objects on each sync (as
 	// upstream's SyncPod does) and unregisters them once its volumes are torn down.
 	Objects PodObjects
+	// Allocations keeps the admitted pods' allocated resources and their
+	// in-place resizes; nil keeps them in memory (not across restarts).
+	Allocations Allocations
+	// Actuated, when set, says what the runtime was told of container
+	// resources, for PodResizeInProgress and status.containerStatuses[].resources.
+	Actuated ActuatedResources
 }
 
 // Loop is the sync loop.
@@ -166,6 +176,8 @@ type Loop struct {
 	metrics   *metrics
 	workersWG sync.WaitGroup
 	relistNow chan struct{}
+	// resizeRetry asks for a retry of the pending resizes (see requestResizeRetry).
+	resizeRetry chan struct{}
 }
 
 // New returns a loop; call Run.
@@ -189,13 +201,17 @@ func New(cfg Config, deps Deps) *Loop {
 	if deps.NodeObject == nil {
 		deps.NodeObject = func(context.Context, bool) (*v1.Node, error) { return &v1.Node{}, nil }
 	}
+	if deps.Allocations == nil {
+		deps.Allocations = allocation.NewManager(allocation.NewMemoryState(), cgroups.ResourceOptions{}, deps.Recorder, deps.Clock)
+	}
 	return &Loop{
 		cfg: cfg, deps: deps,
-		pods:      map[types.UID]*v1.Pod{},
-		workers:   map[types.UID]*worker{},
-		synced:    make(chan struct{}),
-		metrics:   newMetrics(deps.Registerer),
-		relistNow: make(chan struct{}, 1),
+		pods:        map[types.UID]*v1.Pod{},
+		workers:     map[types.UID]*worker{},
+		synced:      make(chan struct{}),
+		metrics:     newMetrics(deps.Registerer, deps.Allocations.ResizesInProgress),
+		relistNow:   make(chan struct{}, 1),
+		resizeRetry: make(chan struct{}, 1),
 	}
 }
 
@@ -244,6 +260,10 @@ func (l *Loop) Run(ctx context.Context) {
 	if l.deps.Probes != nil {
 		liveness, readiness, startup = l.deps.Probes.LivenessUpdates(), l.deps.Probes.ReadinessUpdates(), l.deps.Probes.StartupUpdates()
 	}
+	// Pending resizes are retried after a while in case room freed up
+	// unnoticed (upstream's periodic retry: soon at first, then every few minutes).
+	resizeTimer := l.deps.Clock.NewTimer(allocation.InitialRetryDelay)
+	defer resizeTimer.Stop()
 	logger.Info("Starting sync loop")
 	// The runtime's pods are known before the first pod is admitted, so admission can
 	// tell a pod an earlier nodelet started from a new one.
@@ -287,6 +307,15 @@ func (l *Loop) Run(ctx context.Context) {
 			l.wakePod(u.PodUID)
 		case <-resync.C():
 			l.resync()
+		case <-l.resizeRetry:
+			l.retryResizes(ctx)
+		case <-resizeTimer.C():
+			l.retryResizes(ctx)
+			next := allocation.RetryDelay
+			if !l.deps.Sources.SourcesReady() {
+				next = allocation.InitialRetryDelay
+			}
+			resizeTimer.Reset(next)
 		case <-housekeeping.C():
 			if !l.deps.Sources.SourcesReady() {
 				continue
@@ -341,9 +370,11 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 	sort.SliceStable(pods, func(i, j int) bool {
 		return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
 	})
+	var added []*v1.Pod
 	for _, pod := range pods {
 		l.mu.Lock()
 		w := l.workers[pod.UID]
+		old := l.pods[pod.UID]
 		if u.Op == podconfig.OpRemove {
 			delete(l.pods, pod.UID)
 		} else {
@@ -365,26 +396,61 @@ func (l *Loop) handleUpdate(ctx context.Context, u podconfig.Update) {
 			l.deps.Status.ForgetPodStatus(pod.UID)
 		}
 		if w != nil {
+			if u.Op != podconfig.OpRemove {
+				// Decided before the pass, so that it syncs the new allocation.
+				l.noteResize(ctx, old, pod)
+			}
 			l.evaluate(w, event{woken: true})
 			continue
 		}
 		if u.Op == podconfig.OpRemove {
 			continue
 		}
-		l.addPod(ctx, pod)
+		if l.addPod(ctx, pod) {
+			added = append(added, pod)
+		}
+	}
+	l.afterUpdate(ctx, u.Op, pods, added)
+}
+
+// afterUpdate does the resize work of a whole update, as upstream's
+// HandlePodAdditions/Removes: pods admitted with a resize pending (allocation
+// and spec differ after a restart) queue it once every pod of the update is
+// admitted; a removal frees room for pending resizes.
+func (l *Loop) afterUpdate(ctx context.Context, op podconfig.Op, pods, added []*v1.Pod) {
+	if op == podconfig.OpRemove {
+		for _, p := range pods {
+			l.deps.Allocations.RemovePod(p.UID)
+		}
+		l.retryResizes(ctx)
+		return
+	}
+	pending := false
+	for _, p := range added {
+		l.deps.Allocations.BackfillConditions(p)
+		if _, differs := l.deps.Allocations.UpdatePodFromAllocation(p); differs {
+			l.deps.Allocations.PushPendingResize(p.UID)
+			pending = true
+		}
+	}
+	if pending {
+		l.retryResizes(ctx)
 	}
 }
 
-// addPod admits a new pod and gives it a worker.
-func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
+// addPod admits a new pod, checkpoints its allocation and gives it a worker.
+// It reports whether the pod was admitted.
+func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) bool {
 	if prev, ok := l.deps.Status.GetPodStatus(pod.UID); ok && oldLifeStatus(pod, prev) {
 		klog.FromContext(ctx).Info("Pod starts again under a UID this node ran before; forgetting its old status",
 			"pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", prev.Phase)
 		l.deps.Status.ForgetPodStatus(pod.UID)
 	}
-	rejected := false
+	rejected, admitted := false, false
 	if !podutil.IsTerminal(pod.Status.Phase) && pod.DeletionTimestamp == nil {
-		if rej := l.admit(ctx, pod); rej != nil {
+		// A pod admitted before (nodelet restarted) is admitted at its allocation.
+		allocated, _ := l.deps.Allocations.UpdatePodFromAllocation(pod)
+		if rej := l.admit(ctx, allocated); rej != nil {
 			klog.FromContext(ctx).Info("Pod rejected at admission", "pod", klog.KObj(pod), "reason", rej.Reason, "message", rej.Message)
 			l.metrics.admissionRejected(rej.Reason)
 			l.deps.Recorder.Eventf(pod, v1.EventTypeWarning, rej.Reason, "%s", rej.Message)
@@ -394,9 +460,15 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 			st.Message = "Pod was rejected: " + rej.Message
 			l.deps.Status.SetPodStatus(pod, st)
 			rejected = true
+		} else {
+			admitted = true
+			if err := l.deps.Allocations.SetAllocated(allocated); err != nil {
+				klog.FromContext(ctx).Error(err, "Failed to checkpoint the pod's allocated resources", "pod", klog.KObj(pod))
+			}
 		}
 	}
 	l.evaluate(newWorker(ctx, update{pod: pod}, l.started), event{create: true, woken: true, rejected: rejected})
+	return admitted
 }
 
 // admit decides whether pod may run here (DecideAdmission between the extra
@@ -443,6 +515,10 @@ func (l *Loop) admittedPods(exclude types.UID) []*v1.Pod {
 	var out []*v1.Pod
 	for uid, w := range l.workers {
 		if p := l.pods[uid]; p != nil && uid != exclude && (w.rec.State == stateSync || w.rec.State == stateTerminating) {
+			// Admitted pods count at their allocated resources, not their spec's.
+			if l.deps.Allocations.HasAllocation(uid) {
+				p, _ = l.deps.Allocations.UpdatePodFromAllocation(p)
+			}
 			out = append(out, p)
 		}
 	}
@@ -645,6 +721,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	}
 	l.mu.Unlock()
 	l.deps.Status.RemoveOrphanedStatuses(keep)
+	l.deps.Allocations.RemoveOrphanedPods(keep)
 	l.cleanupOrphanedPodDirs(ctx, keep)
 	l.cleanupPodCgroups(ctx)
 	l.deps.Runtime.GCBackoff()

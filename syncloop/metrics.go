@@ -12,9 +12,12 @@ type metrics struct {
 	workerDuration      *prometheus.HistogramVec
 	admissionRejections *prometheus.CounterVec
 	preemptions         *prometheus.CounterVec
+	// In-place resize (upstream's names, labels and buckets).
+	requestedResizes *prometheus.CounterVec
+	resizeDuration   *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, inProgress func() int) *metrics {
 	m := &metrics{
 		podStart: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubelet", Name: "pod_start_duration_seconds",
@@ -33,9 +36,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Subsystem: "kubelet", Name: "preemptions",
 			Help: "Cumulative number of pod preemptions by preemption resource",
 		}, []string{"preemption_signal"}),
+		requestedResizes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "container_requested_resizes_total",
+			Help: "Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.",
+		}, []string{"resource", "requirement", "operation"}),
+		resizeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem: "kubelet", Name: "pod_resize_duration_milliseconds",
+			Help:    "Duration in milliseconds to actuate a pod resize",
+			Buckets: []float64{10, 50, 100, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000, 120000, 300000, 600000},
+		}, []string{"success"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.podStart, m.workerDuration, m.admissionRejections, m.preemptions)
+		inProgressResizes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Subsystem: "kubelet", Name: "pod_in_progress_resizes", Help: "Number of in-progress resizes for pods.",
+		}, func() float64 { return float64(inProgress()) })
+		reg.MustRegister(m.podStart, m.workerDuration, m.admissionRejections, m.preemptions, m.requestedResizes, m.resizeDuration, inProgressResizes)
 	}
 	return m
 }

@@ -23,6 +23,7 @@ type emptyPLEG struct{}
 func (emptyPLEG) Watch() <-chan *pleg.Event  { return nil }
 func (emptyPLEG) Pods() []*pleg.PodStatus    { return nil }
 func (emptyPLEG) Relist(ctx context.Context) {}
+func (emptyPLEG) RequestReinspect(types.UID) {}
 
 // TestCleanupOrphanedPodDirsNeverDeletesThroughMounts is a node that switched
 // from the upstream kubelet: a dead pod's directory still holds a subPath bind

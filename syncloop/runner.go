@@ -125,6 +125,10 @@ func (l *Loop) evaluate(w *worker, ev event) (*opRun, bool) {
 	if from != rec.State {
 		logger.V(4).Info("Pod worker state changed", "from", from, "to", rec.State)
 	}
+	if from == stateSync && rec.State != stateSync {
+		// The pod no longer counts against the node: a deferred resize may fit now.
+		l.requestResizeRetry()
+	}
 	if deadline {
 		logger.Info("Pod exceeded its active deadline; killing it", "activeDeadlineSeconds", *u.pod.Spec.ActiveDeadlineSeconds)
 		l.deps.Recorder.Eventf(u.pod, v1.EventTypeNormal, reasonDeadlineExceeded, "%s", messageDeadlineExceeded)

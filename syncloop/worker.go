@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -96,11 +97,17 @@ func (l *Loop) previousStatus(pod *v1.Pod) v1.PodStatus {
 
 func (l *Loop) generate(pod *v1.Pod, st *pleg.PodStatus, prev v1.PodStatus, waiting map[string]podstatus.Waiting, terminal bool) v1.PodStatus {
 	node := l.deps.Node()
+	// The status speaks of the resources the pod was allocated (allocatedResources).
+	allocated, _ := l.deps.Allocations.UpdatePodFromAllocation(pod)
 	in := podstatus.Input{
-		Pod: pod, Runtime: st, Previous: prev, Waiting: waiting,
+		Pod: allocated, Runtime: st, Previous: prev, Waiting: waiting,
 		HostIPs: node.HostIPs, RuntimeName: l.cfg.RuntimeName,
 		TerminationMessage: podruntime.TerminationMessage,
 		Now:                l.deps.Clock.Now(), Terminal: terminal,
+		ResizeConditions: l.deps.Allocations.Conditions(pod.UID),
+	}
+	if act := l.deps.Actuated; act != nil {
+		in.Actuated = func(name string) (v1.ResourceRequirements, bool) { return act.Container(pod.UID, name) }
 	}
 	if l.deps.Probes != nil {
 		in.Probes = l.deps.Probes
@@ -137,6 +144,10 @@ func deadlineExceededStatus(s *v1.PodStatus) {
 	s.Message = messageDeadlineExceeded
 }
 
+// resizeRecheck is how soon a sync that resized a pod is followed by another,
+// which reports the resources the runtime now has.
+const resizeRecheck = time.Second
+
 // runSync drives the pod one step toward its spec and reports its status.
 // probeCtx is the loop's: probe workers outlive the sync.
 func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opResult {
@@ -148,6 +159,10 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	}
 	st := l.statusFor(ctx, w.uid, w.lastSync)
 	prev := l.previousStatus(pod)
+	// The runtime is driven toward the resources the pod was allocated, which
+	// differ from its spec while a resize is pending.
+	allocated, _ := l.deps.Allocations.UpdatePodFromAllocation(pod)
+	l.updateResizeInProgress(ctx, allocated, st)
 	status := l.generate(pod, st, prev, w.waiting, false)
 	l.setStatus(pod, status)
 	l.observeStart(w, pod, status)
@@ -162,9 +177,13 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 		// Before the runtime reads them: the pod may reference new objects.
 		l.deps.Objects.RegisterPod(pod)
 	}
-	res, err := l.deps.Runtime.SyncPod(ctx, pod, st)
+	res, err := l.deps.Runtime.SyncPod(ctx, allocated, st)
 	w.lastSync = l.deps.Clock.Now()
-	if res.Changed {
+	if res.Resized {
+		// Only a fresh ContainerStatus shows the new resources.
+		l.deps.PLEG.RequestReinspect(pod.UID)
+	}
+	if res.Changed || res.Resized {
 		l.requestRelist()
 	}
 	if ctx.Err() != nil {
@@ -172,7 +191,13 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 		logger.V(2).Info("Pod sync cancelled", "err", err)
 		return opResult{Op: opSync, Err: err}
 	}
-	if changedWaiting(w.waiting, res.Waiting) {
+	if res.Resized {
+		l.metrics.resizeDuration.WithLabelValues(strconv.FormatBool(res.ResizeErr == nil)).Observe(float64(res.ResizeDuration.Milliseconds()))
+	}
+	if res.ResizeErr != nil {
+		l.resizeFailed(allocated, res.ResizeErr)
+	}
+	if changedWaiting(w.waiting, res.Waiting) || res.ResizeErr != nil {
 		w.waiting = res.Waiting
 		l.setStatus(pod, l.generate(pod, st, status, w.waiting, false))
 	}
@@ -186,6 +211,10 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	}
 	if res.RequeueAfter > 0 && res.RequeueAfter < next {
 		next = res.RequeueAfter
+	}
+	if res.Resized && err == nil && next > resizeRecheck {
+		// Report the actuated resize (and clear PodResizeInProgress) soon.
+		next = resizeRecheck
 	}
 	return opResult{Op: opSync, Err: err, Next: next}
 }
@@ -224,6 +253,8 @@ func (l *Loop) runKill(ctx context.Context, w *worker, grace int64) opResult {
 	if statusFn == nil && rec.Deadline {
 		statusFn = deadlineExceededStatus
 	}
+	// A pod that stopped resizes nothing any more (upstream clears the conditions).
+	l.deps.Allocations.ClearConditions(pod.UID)
 	final := l.generate(pod, st, prev, nil, true)
 	if statusFn != nil {
 		// The node-level killer judges the phase the pod had before it was killed (as

@@ -43,8 +43,9 @@ import (
 //     137, reason "Error", immediately (the grace period is not waited for).
 //   - PullImage succeeds for any reference; use InjectError to make it fail, or
 //     RequireAuth to make a repository private (then only its credential pulls).
-//   - Stats, streaming (Exec/Attach/PortForward URLs), checkpoint/restore and
-//     the Stream* list RPCs answer Unimplemented.
+//   - ContainerStats reports the memory usage SetMemoryUsage set (Unimplemented
+//     before); other stats, streaming (Exec/Attach/PortForward URLs),
+//     checkpoint/restore and the Stream* list RPCs answer Unimplemented.
 type Runtime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
@@ -96,6 +97,7 @@ type fakeContainer struct {
 	message    string
 	logPath    string
 	nameKey    string
+	memory     *uint64 // memory usage in bytes (SetMemoryUsage)
 }
 
 var (
@@ -782,6 +784,31 @@ func (f *Runtime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSt
 		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
 	}
 	return &runtimeapi.ContainerStatusResponse{Status: f.containerStatusLocked(c)}, nil
+}
+
+// SetMemoryUsage makes ContainerStats report the container using bytes of memory.
+func (f *Runtime) SetMemoryUsage(id string, bytes uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.containers[id]; ok {
+		c.memory = &bytes
+	}
+}
+
+func (f *Runtime) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[req.GetContainerId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
+	}
+	if c.memory == nil {
+		return nil, status.Error(codes.Unimplemented, "method ContainerStats not implemented")
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
+		Attributes: &runtimeapi.ContainerAttributes{Id: c.id, Metadata: proto.Clone(c.config.GetMetadata()).(*runtimeapi.ContainerMetadata)},
+		Memory:     &runtimeapi.MemoryUsage{Timestamp: f.nowLocked(), UsageBytes: &runtimeapi.UInt64Value{Value: *c.memory}},
+	}}, nil
 }
 
 func (f *Runtime) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {

@@ -1,0 +1,233 @@
+package allocation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/dump"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
+)
+
+// The checkpoint files under the root dir, named as upstream's.
+const (
+	AllocatedStateFile = "allocated_pods_state"
+	ActuatedStateFile  = "actuated_pods_state"
+)
+
+// PodResourceInfo is the resources of one pod's containers (by name), its
+// pod-level resources, and its memory-backed emptyDir size limits. The field
+// names are upstream's checkpoint keys (the struct has no JSON tags upstream).
+type PodResourceInfo struct {
+	ContainerResources   map[string]v1.ResourceRequirements
+	PodLevelResources    *v1.ResourceRequirements
+	EmptyDirVolumeLimits map[string]*resource.Quantity
+}
+
+// DeepCopy returns a copy sharing nothing with info.
+func (info PodResourceInfo) DeepCopy() PodResourceInfo {
+	out := PodResourceInfo{PodLevelResources: info.PodLevelResources.DeepCopy()}
+	if info.ContainerResources != nil {
+		out.ContainerResources = make(map[string]v1.ResourceRequirements, len(info.ContainerResources))
+		for name, r := range info.ContainerResources {
+			out.ContainerResources[name] = *r.DeepCopy()
+		}
+	}
+	if info.EmptyDirVolumeLimits != nil {
+		out.EmptyDirVolumeLimits = make(map[string]*resource.Quantity, len(info.EmptyDirVolumeLimits))
+		for name, q := range info.EmptyDirVolumeLimits {
+			if q != nil {
+				c := q.DeepCopy()
+				q = &c
+			}
+			out.EmptyDirVolumeLimits[name] = q
+		}
+	}
+	return out
+}
+
+// checkpoint is the file's envelope: Data is the JSON of checkpointData and
+// Checksum upstream's checksum of Data.
+type checkpoint struct {
+	Data     string `json:"data"`
+	Checksum uint64 `json:"checksum"`
+}
+
+type checkpointData struct {
+	Entries map[types.UID]PodResourceInfo `json:"entries,omitempty"`
+}
+
+// checksum is upstream's checkpoint checksum: FNV-32a over the spew dump of
+// the data string (k8s.io/utils/dump.ForHash), so files stay interchangeable.
+func checksum(data string) uint64 {
+	h := fnv.New32a()
+	_, _ = fmt.Fprintf(h, "%v", dump.ForHash(data))
+	return uint64(h.Sum32())
+}
+
+func encode(pods map[types.UID]PodResourceInfo) ([]byte, uint64, error) {
+	data, err := json.Marshal(checkpointData{Entries: pods})
+	if err != nil {
+		return nil, 0, fmt.Errorf("serializing pod resources for checkpointing: %w", err)
+	}
+	cp := checkpoint{Data: string(data), Checksum: checksum(string(data))}
+	blob, err := json.Marshal(cp)
+	if err != nil {
+		return nil, 0, fmt.Errorf("serializing the pod resources checkpoint: %w", err)
+	}
+	return blob, cp.Checksum, nil
+}
+
+func decode(blob []byte) (map[types.UID]PodResourceInfo, uint64, error) {
+	var cp checkpoint
+	if err := json.Unmarshal(blob, &cp); err != nil {
+		return nil, 0, err
+	}
+	if got := checksum(cp.Data); got != cp.Checksum {
+		return nil, 0, fmt.Errorf("checkpoint is corrupted: checksum %d, expected %d", got, cp.Checksum)
+	}
+	var data checkpointData
+	if err := json.Unmarshal([]byte(cp.Data), &data); err != nil {
+		return nil, 0, fmt.Errorf("failed to get pod resource information: %w", err)
+	}
+	return data.Entries, cp.Checksum, nil
+}
+
+// State is one checkpointed map of pod UID to PodResourceInfo. It is safe for
+// concurrent use; what it hands out are copies.
+type State struct {
+	path string // "" keeps the state in memory only
+
+	mu           sync.Mutex
+	pods         map[types.UID]PodResourceInfo
+	lastChecksum uint64
+}
+
+// NewMemoryState returns a State that is never written to disk (tests).
+func NewMemoryState() *State { return &State{pods: map[types.UID]PodResourceInfo{}} }
+
+// OpenState reads the checkpoint dir/name (none yet: an empty state). A file
+// that cannot be read back is an error naming the file, worded as upstream's:
+// the allocations of running pods are unknown, and guessing could overcommit
+// the node.
+func OpenState(dir, name string) (*State, error) {
+	s := &State{path: filepath.Join(dir, name), pods: map[types.UID]PodResourceInfo{}}
+	blob, err := os.ReadFile(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err == nil {
+		var pods map[types.UID]PodResourceInfo
+		pods, s.lastChecksum, err = decode(blob)
+		if pods != nil {
+			s.pods = pods
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("could not restore state from checkpoint: %w, please drain this node and delete pod resource information checkpoint file %q before restarting nodelet", err, s.path)
+	}
+	return s, nil
+}
+
+// Pod returns a copy of what the state holds for uid.
+func (s *State) Pod(uid types.UID) (PodResourceInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info, ok := s.pods[uid]
+	if !ok {
+		return PodResourceInfo{}, false
+	}
+	return info.DeepCopy(), true
+}
+
+// Container returns a copy of the resources held for one container of uid.
+func (s *State) Container(uid types.UID, name string) (v1.ResourceRequirements, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.pods[uid].ContainerResources[name]
+	if !ok {
+		return v1.ResourceRequirements{}, false
+	}
+	return *r.DeepCopy(), true
+}
+
+// SetPod replaces what the state holds for uid and checkpoints it.
+func (s *State) SetPod(uid types.UID, info PodResourceInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[uid] = info.DeepCopy()
+	return s.storeLocked()
+}
+
+// SetContainer sets one container's resources of uid and checkpoints them.
+func (s *State) SetContainer(uid types.UID, name string, r v1.ResourceRequirements) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := s.pods[uid]
+	if info.ContainerResources == nil {
+		info.ContainerResources = map[string]v1.ResourceRequirements{}
+	}
+	info.ContainerResources[name] = *r.DeepCopy()
+	s.pods[uid] = info
+	return s.storeLocked()
+}
+
+// RemovePod forgets uid. As upstream, the file is not rewritten for it: a
+// stale entry is harmless and goes with the next write.
+func (s *State) RemovePod(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pods, uid)
+}
+
+// RemoveOrphanedPods forgets every pod keep does not hold (file untouched, as RemovePod).
+func (s *State) RemoveOrphanedPods(keep map[types.UID]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range s.pods {
+		if !keep[uid] {
+			delete(s.pods, uid)
+		}
+	}
+}
+
+// UIDs lists the pods the state holds, sorted.
+func (s *State) UIDs() []types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]types.UID, 0, len(s.pods))
+	for uid := range s.pods {
+		out = append(out, uid)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// storeLocked writes the checkpoint unless its content did not change.
+func (s *State) storeLocked() error {
+	if s.path == "" {
+		return nil
+	}
+	blob, sum, err := encode(s.pods)
+	if err != nil {
+		return err
+	}
+	if sum == s.lastChecksum {
+		return nil
+	}
+	// 0600 as upstream's checkpoint store writes it.
+	if err := atomicfile.WriteFile(s.path, blob, 0o600); err != nil {
+		return fmt.Errorf("saving pod resource checkpoint: %w", err)
+	}
+	s.lastChecksum = sum
+	return nil
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/node"
 )
 
@@ -280,14 +281,5 @@ func (q *qosCgroups) update(ctx context.Context, extra ...*v1.Pod) {
 
 // run updates the QoS cgroups every qosUpdateInterval until ctx ends.
 func (q *qosCgroups) run(ctx context.Context, clk clock.WithTicker) {
-	t := clk.NewTicker(qosUpdateInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			q.update(ctx)
-		}
-	}
+	periodic.Every(ctx, clk, qosUpdateInterval, func(ctx context.Context) { q.update(ctx) })
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/logrotate"
 )
 
@@ -219,16 +220,9 @@ func (g *ContainerGC) Run(ctx context.Context, period time.Duration) {
 	if period <= 0 {
 		period = DefaultContainerGCPeriod
 	}
-	t := g.clock.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	periodic.Every(ctx, g.clock, period, func(ctx context.Context) {
 		if err := g.GarbageCollect(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Container garbage collection failed")
 		}
-	}
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // Handlers returns the runtime's handlers from its last CRI Status, and false
@@ -236,14 +237,5 @@ func (m *Manager) CleanupOrphans(ctx context.Context) {
 
 // Run calls CleanupOrphans every period until ctx ends.
 func (m *Manager) Run(ctx context.Context, clk clock.WithTicker, period time.Duration) {
-	t := clk.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			m.CleanupOrphans(ctx)
-		}
-	}
+	periodic.Every(ctx, clk, period, m.CleanupOrphans)
 }

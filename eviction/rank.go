@@ -24,26 +24,6 @@ type Candidate struct {
 func (c Candidate) exceeds() bool      { return c.Stats == nil || c.Usage.Cmp(c.Request) > 0 }
 func (c Candidate) overRequest() int64 { return c.Usage.Value() - c.Request.Value() }
 
-// podRequest sums a resource's requests the way the scheduler sees them: the
-// larger of the app containers' sum and any single init container, plus overhead.
-func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
-	var sum resource.Quantity
-	for _, c := range pod.Spec.Containers {
-		if q, ok := c.Resources.Requests[name]; ok {
-			sum.Add(q)
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if q, ok := c.Resources.Requests[name]; ok && q.Cmp(sum) > 0 {
-			sum = q.DeepCopy()
-		}
-	}
-	if q, ok := pod.Spec.Overhead[name]; ok {
-		sum.Add(q)
-	}
-	return sum
-}
-
 func statsByUID(stats Stats) map[string]*PodStats {
 	m := map[string]*PodStats{}
 	for i := range stats.Pods {
@@ -133,7 +113,7 @@ func RankForMemory(pods []*v1.Pod, stats Stats) []Candidate {
 			return 0, false
 		}
 		return *ps.MemoryWorkingSet, true
-	}, func(p *v1.Pod) resource.Quantity { return podRequest(p, v1.ResourceMemory) }, resource.BinarySI)
+	}, func(p *v1.Pod) resource.Quantity { return podutil.PodRequests(p)[v1.ResourceMemory] }, resource.BinarySI)
 	rankBy(cs, usageRequestRank)
 	for i := range cs {
 		cs[i].Why = describe(cs[i], "memory")
@@ -211,7 +191,7 @@ func RankForDisk(sig Signal, pods []*v1.Pod, stats Stats) []Candidate {
 		if inodes {
 			return resource.Quantity{}
 		}
-		return podRequest(p, v1.ResourceEphemeralStorage)
+		return podutil.PodRequests(p)[v1.ResourceEphemeralStorage]
 	}
 	format := resource.BinarySI
 	what := "disk"

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -22,63 +21,6 @@ import (
 type Rejection struct {
 	Reason  string
 	Message string
-}
-
-// PodRequests returns the resources the scheduler would count for pod: the larger
-// of the sum of app containers (plus sidecars) and the largest init container,
-// pod-level requests (PodLevelResources) in place of that for the resources they
-// name, plus overhead.
-func PodRequests(pod *v1.Pod) v1.ResourceList {
-	sum := v1.ResourceList{}
-	add := func(list v1.ResourceList, into v1.ResourceList) {
-		for k, q := range list {
-			cur := into[k]
-			cur.Add(q)
-			into[k] = cur
-		}
-	}
-	for _, c := range pod.Spec.Containers {
-		add(requestsOf(&c.Resources), sum)
-	}
-	sidecars := v1.ResourceList{}
-	for _, c := range pod.Spec.InitContainers {
-		if podutil.IsRestartableInitContainer(&c) {
-			add(requestsOf(&c.Resources), sidecars)
-			add(requestsOf(&c.Resources), sum)
-			continue
-		}
-		// A regular init container runs alongside the sidecars started before it.
-		need := v1.ResourceList{}
-		add(sidecars, need)
-		add(requestsOf(&c.Resources), need)
-		for k, q := range need {
-			if cur := sum[k]; q.Cmp(cur) > 0 {
-				sum[k] = q
-			}
-		}
-	}
-	if pod.Spec.Resources != nil {
-		for k, q := range requestsOf(pod.Spec.Resources) {
-			if resourcehelper.IsSupportedPodLevelResource(k) {
-				sum[k] = q
-			}
-		}
-	}
-	add(pod.Spec.Overhead, sum)
-	return sum
-}
-
-// requestsOf returns the requests of a container (or of a pod's pod-level
-// resources), defaulted from limits as the API does.
-func requestsOf(r *v1.ResourceRequirements) v1.ResourceList {
-	out := v1.ResourceList{}
-	for k, q := range r.Limits {
-		out[k] = q.DeepCopy()
-	}
-	for k, q := range r.Requests {
-		out[k] = q.DeepCopy()
-	}
-	return out
 }
 
 // AdmitNode is what admission knows of the node.
@@ -266,7 +208,7 @@ func resourceShortages(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceL
 // fitRequests is a pod's requests the scheduler counts, in its units.
 func fitRequests(pod *v1.Pod) map[v1.ResourceName]int64 {
 	out := map[v1.ResourceName]int64{}
-	for name, q := range PodRequests(pod) {
+	for name, q := range podutil.PodRequests(pod) {
 		switch {
 		case name == v1.ResourceCPU, name == v1.ResourceMemory, name == v1.ResourceEphemeralStorage, isScalarResourceName(name):
 			out[name] = schedulerValue(name, q)

@@ -208,7 +208,7 @@ func requestValue(pod *v1.Pod, name v1.ResourceName) int64 {
 	if name == v1.ResourcePods {
 		return 1
 	}
-	q := PodRequests(pod)[name]
+	q := podutil.PodRequests(pod)[name]
 	if o, ok := pod.Spec.Overhead[name]; ok && q.Cmp(o) == 0 {
 		q = resource.Quantity{}
 	}

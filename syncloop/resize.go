@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 )
 
@@ -76,7 +77,7 @@ func (r resizePods) AdmitResize(ctx context.Context, pod *v1.Pod) (string, strin
 	return "", ""
 }
 
-func (resizePods) PodRequests(pod *v1.Pod) v1.ResourceList { return PodRequests(pod) }
+func (resizePods) PodRequests(pod *v1.Pod) v1.ResourceList { return podutil.PodRequests(pod) }
 
 // noteResize handles an update of an admitted pod whose resources changed
 // from old: a resize to decide now (or a reverted one, which pends no more).

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 const (
@@ -239,23 +240,13 @@ func (m *Manager) setPodStatus(status *v1.PodStatus) {
 	}
 	status.Reason = PodStatusReason
 	status.Message = PodStatusMessage
-	cond := v1.PodCondition{
+	podutil.SetCondition(status, v1.PodCondition{
 		Type:               v1.DisruptionTarget,
 		Status:             v1.ConditionTrue,
 		Reason:             DisruptionReason,
 		Message:            PodStatusMessage,
 		LastTransitionTime: metav1.NewTime(m.clock.Now()),
-	}
-	for i := range status.Conditions {
-		if status.Conditions[i].Type == v1.DisruptionTarget {
-			if status.Conditions[i].Status == v1.ConditionTrue {
-				cond.LastTransitionTime = status.Conditions[i].LastTransitionTime
-			}
-			status.Conditions[i] = cond
-			return
-		}
-	}
-	status.Conditions = append(status.Conditions, cond)
+	})
 }
 
 func (m *Manager) statePath() string { return filepath.Join(m.rootDir, StateFileName) }

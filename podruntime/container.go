@@ -407,7 +407,8 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 	if err != nil {
 		m.imageBackoff.Next(key, m.clock.Now())
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", image, err)
-		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, fmt.Errorf("pulling image %s: %w", image, err)
+		// The runtime client's errors already say which image was being pulled.
+		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, err
 	}
 	m.imageBackoff.Reset(key)
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",

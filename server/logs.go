@@ -176,7 +176,7 @@ type logFollower struct {
 // the file for more, reopens it when it is rotated (a new file under the same name), and
 // returns once the container has stopped and the file is drained, or ctx ends.
 func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fol logFollower) error {
-	f, err := os.Open(path)
+	f, err := openLog(path)
 	if err != nil {
 		return fmt.Errorf("opening the container log %s: %w", path, err)
 	}
@@ -235,7 +235,7 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 		// Rotated: the name now points at a new file. Finish the old one (done: we are at
 		// its EOF) and continue from the start of the new one.
 		if rotated(f, path) {
-			nf, err := os.Open(path)
+			nf, err := openLog(path)
 			if err == nil {
 				f.Close()
 				f, r, pending = nf, bufio.NewReader(nf), nil
@@ -265,12 +265,32 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 }
 
 // rotated says whether path names a different file than f.
+// openLog opens a container's log file for reading. The log directory is
+// reachable from pods that mount it (hostPath), so the file must be a regular
+// file under its own name: a symlink could point the API at any host file,
+// and a FIFO would hang the reader (hence O_NONBLOCK, which regular files
+// ignore).
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil {
+		f.Close()
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	return f, nil
+}
+
 func rotated(f *os.File, path string) bool {
 	a, err := f.Stat()
 	if err != nil {
 		return false
 	}
-	b, err := os.Stat(path)
+	b, err := os.Lstat(path)
 	if err != nil {
 		return false
 	}

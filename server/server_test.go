@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -733,5 +734,30 @@ func TestServeJoinsHandlers(t *testing.T) {
 	case <-sum.returned:
 	default:
 		t.Error("Serve returned while a request handler was still running")
+	}
+}
+
+// A log file that is a symlink or a FIFO (a pod mounting the log directory could
+// make either) is refused, and the FIFO does not hang the reader.
+func TestReadLogsRefusesLinksAndFIFOs(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("2024-01-01T00:00:01Z stdout F host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "0.log")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "1.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{link, fifo} {
+		var out strings.Builder
+		err := ReadLogs(context.Background(), path, LogOptions{Tail: -1}, &out, logFollower{})
+		if err == nil || out.Len() != 0 {
+			t.Errorf("%s: read %q, err %v; want an error and nothing read", filepath.Base(path), out.String(), err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,8 +42,10 @@ func TestRunHook(t *testing.T) {
 		{name: "exec failing", hook: v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"bad"}}}, wantErr: true,
 			wantMsg: `Exec lifecycle hook ([bad]) for Container "app" in Pod "web_default(uid-1)" failed - error:`},
 		{name: "httpGet ok on the pod IP", hook: v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/ok", Port: intstr.FromInt32(int32(port))}}},
-		{name: "httpGet 500", hook: v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/fail", Port: intstr.FromInt32(int32(port))}}, wantErr: true,
-			wantMsg: "HTTP lifecycle hook (/fail)"},
+		// As upstream: only a request that fails is a failed hook, whatever the status.
+		{name: "httpGet answered 500 is no failure", hook: v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/fail", Port: intstr.FromInt32(int32(port))}}},
+		{name: "httpGet to a closed port", hook: v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/x", Port: intstr.FromInt32(int32(closedPort(t)))}}, wantErr: true,
+			wantMsg: "HTTP lifecycle hook (/x)"},
 		{name: "httpGet https to a plain server falls back to http", hook: v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/ok", Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTPS}}},
 	}
 	for _, tt := range tests {
@@ -113,4 +116,16 @@ func TestExecHookEndsWithItsContext(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("RunHook after cancel = %v, want context.Canceled", err)
 	}
+}
+
+// closedPort is a local TCP port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
 }

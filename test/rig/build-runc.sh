@@ -5,8 +5,9 @@
 # mountExtensions.idmap), so containerd reports user_namespaces=false for the default handler, as
 # it would on any node with that runc; runc >= 1.2 has them, which user namespace pods need.
 #
-# cgo is needed (runc's nsenter is C); without the seccomp build tag (no libseccomp headers on the
-# rig), so seccomp profiles are refused by this handler: only tests that ask for it use it.
+# cgo is needed (runc's nsenter is C), and the seccomp build tag with libseccomp-dev
+# (install-deps.sh): every sandbox asks for the RuntimeDefault profile, as upstream's kubelet does,
+# so a runc without seccomp could not start any pod.
 #
 # Env: RUNC_VERSION (v1.4.4), RUNC_BIN_DIR (/var/cache/nodelet-rig/runc-$RUNC_VERSION/bin),
 #      FORCE=1 rebuilds. Prints the bin dir on the last line of stdout.
@@ -23,7 +24,7 @@ log() { echo "[build-runc $(date -u +%H:%M:%S)] $*" >&2; }
 
 mkdir -p "$RUNC_BIN_DIR"
 if [[ "${FORCE:-0}" != 1 && -x "$RUNC_BIN_DIR/runc" && -f "$RUNC_BIN_DIR/runc.version" &&
-	"$(cat "$RUNC_BIN_DIR/runc.version")" == "$RUNC_VERSION" ]]; then
+	"$(cat "$RUNC_BIN_DIR/runc.version")" == "$RUNC_VERSION seccomp" ]]; then
 	log "runc $RUNC_VERSION cached in $RUNC_BIN_DIR"
 else
 	dir=$HERE/runcbin
@@ -43,9 +44,9 @@ EOM
 	log "building runc $RUNC_VERSION (cold: ~30 s on 2 cores)"
 	start=$SECONDS
 	tmp=$(mktemp -d "$RUNC_BIN_DIR/.build.XXXXXX")
-	(cd "$dir" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$tmp/runc" "$MOD")
+	(cd "$dir" && CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$tmp/runc" "$MOD")
 	mv "$tmp/runc" "$RUNC_BIN_DIR/runc"
-	echo "$RUNC_VERSION" >"$RUNC_BIN_DIR/runc.version"
+	echo "$RUNC_VERSION seccomp" >"$RUNC_BIN_DIR/runc.version"
 	rmdir "$tmp"
 	log "runc built in $((SECONDS - start))s"
 fi

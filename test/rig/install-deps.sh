@@ -20,6 +20,7 @@ PKGS=(
 	systemd                     # `systemd-analyze verify` of deploy/ unit files (not run as PID 1)
 	dbus dbus-daemon            # a private bus for logind/shutdown-inhibitor tests
 	gcc libc6-dev               # `go test -race` needs cgo
+	libseccomp-dev pkg-config   # runc 1.4 for the runc-test handler, built with seccomp (build-runc.sh)
 	git ca-certificates curl    # curl: health checks in up.sh
 	docker-registry             # 2.8: the rig's local registry on 127.0.0.1:5000 (image pull e2e)
 	skopeo                      # pushes the rig's busybox OCI archive into that registry

@@ -24,11 +24,11 @@
 #                                         317s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
 #   rig up                           240s
-#   e2e tests                        900s
+#   e2e tests                       1080s (812s warm on 2026-12-05, 59 tests)
 #   vm test                          480s
 #   NodeConformance slice            480s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm)
-#   total                           5140s (86 min)
+#   total                           5320s (89 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -130,7 +130,7 @@ RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests" 900
+section "e2e tests" 1080
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...

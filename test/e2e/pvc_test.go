@@ -200,8 +200,8 @@ func TestPVCLocalVolume(t *testing.T) {
 		before := f.WaitForPodReady(ctx, ns, w.Name, time.Minute)
 		n.Restart()
 		f.WaitForNodeReady(ctx, 2*time.Minute)
-		// Two resync-free checks after the restart: the pod stays Ready with
-		// the same container, and the volume stays mounted.
+		// Time for the restarted nodelet to sync the pod, which sets its
+		// volumes up again: the mount must be reused, the container kept.
 		time.Sleep(10 * time.Second)
 		after := f.WaitForPodReady(ctx, ns, w.Name, time.Minute)
 		if a, b := after.Status.ContainerStatuses[0], before.Status.ContainerStatuses[0]; a.ContainerID != b.ContainerID || a.RestartCount != b.RestartCount {

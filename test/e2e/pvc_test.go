@@ -43,6 +43,12 @@ func pvFor(ns, claim, name string, src v1.PersistentVolumeSource) *v1.Persistent
 	}
 }
 
+// hostPathSource is a DirectoryOrCreate hostPath volume: nodelet creates the
+// directory, as for hostPath volumes.
+func hostPathSource(dir string) v1.PersistentVolumeSource {
+	return v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: dir, Type: ptr.To(v1.HostPathDirectoryOrCreate)}}
+}
+
 func claimSpec() v1.PersistentVolumeClaimSpec {
 	return v1.PersistentVolumeClaimSpec{
 		AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
@@ -140,9 +146,7 @@ func TestPVCHostPathVolume(t *testing.T) {
 	ns := f.NewNamespace()
 	startNode(t, f, framework.NodeletOptions{})
 	dir := filepath.Join(t.TempDir(), "hostpath-pv")
-	createPV(ctx, t, f, pvFor(ns, "hp", ns+"-hp", v1.PersistentVolumeSource{
-		HostPath: &v1.HostPathVolumeSource{Path: dir, Type: ptr.To(v1.HostPathDirectoryOrCreate)},
-	}))
+	createPV(ctx, t, f, pvFor(ns, "hp", ns+"-hp", hostPathSource(dir)))
 	createClaim(ctx, t, f, ns, "hp")
 	waitClaimBound(ctx, t, ns, "hp", f)
 
@@ -276,9 +280,7 @@ func TestPVCGenericEphemeralVolume(t *testing.T) {
 	ns := f.NewNamespace()
 	startNode(t, f, framework.NodeletOptions{})
 	dir := filepath.Join(t.TempDir(), "ephemeral")
-	createPV(ctx, t, f, pvFor(ns, "eph-scratch", ns+"-eph", v1.PersistentVolumeSource{
-		HostPath: &v1.HostPathVolumeSource{Path: dir, Type: ptr.To(v1.HostPathDirectoryOrCreate)},
-	}))
+	createPV(ctx, t, f, pvFor(ns, "eph-scratch", ns+"-eph", hostPathSource(dir)))
 	vol := v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
 		VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: claimSpec()},
 	}}}

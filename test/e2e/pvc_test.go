@@ -254,9 +254,7 @@ func TestPVCMissingClaimWaits(t *testing.T) {
 		t.Errorf("pod with a missing claim is %s, want Pending", got.Status.Phase)
 	}
 
-	createPV(ctx, t, f, pvFor(ns, "late", ns+"-late", v1.PersistentVolumeSource{
-		HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(t.TempDir(), "late"), Type: ptr.To(v1.HostPathDirectoryOrCreate)},
-	}))
+	createPV(ctx, t, f, pvFor(ns, "late", ns+"-late", hostPathSource(filepath.Join(t.TempDir(), "late"))))
 	createClaim(ctx, t, f, ns, "late")
 	waitClaimBound(ctx, t, ns, "late", f)
 	// The failed sync is retried after its back-off (10s ± 50%).

@@ -133,6 +133,9 @@ type Manager struct {
 	noTmpfs         bool
 	claims          ClaimGetter
 	nodeLabels      func() map[string]string
+	// localMu serializes local volume mounts, so two pods mounting one
+	// volume at once agree on which mounted it first (and gets the fsGroup).
+	localMu sync.Mutex
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState

@@ -403,6 +403,8 @@ func (m *Manager) setUpLocal(ctx context.Context, pod *v1.Pod, pm pvMount) (Host
 	default:
 		return HostVolume{}, errors.New("only directory and block device are supported")
 	}
+	m.localMu.Lock()
+	defer m.localMu.Unlock()
 	src, err := os.Open(pm.path)
 	if err != nil {
 		return HostVolume{}, fmt.Errorf("opening local volume path: %w", err)

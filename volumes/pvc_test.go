@@ -503,4 +503,3 @@ func TestClaimGetterFromClientset(t *testing.T) {
 		t.Errorf("missing claim: %v", err)
 	}
 }
-

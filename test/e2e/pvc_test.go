@@ -250,9 +250,10 @@ func TestPVCMissingClaimWaits(t *testing.T) {
 	if msg != want {
 		t.Errorf("FailedMount message\n%s\nwant\n%s", msg, want)
 	}
-	if got, _ := f.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); got.Status.Phase != v1.PodPending {
-		t.Errorf("pod with a missing claim is %s, want Pending", got.Status.Phase)
-	}
+	f.WaitForPod(ctx, ns, p.Name, 30*time.Second, "to be Pending in ContainerCreating", func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return p.Status.Phase == v1.PodPending && len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "ContainerCreating"
+	})
 
 	createPV(ctx, t, f, pvFor(ns, "late", ns+"-late", hostPathSource(filepath.Join(t.TempDir(), "late"))))
 	createClaim(ctx, t, f, ns, "late")

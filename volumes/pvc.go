@@ -207,7 +207,7 @@ func checkClaim(f *claimFacts) (string, error) {
 	}
 	switch {
 	case f.pvcErr != nil || f.pvc == nil:
-		return "", fail(fmt.Errorf("failed to fetch PVC from API server: %w", f.pvcErr))
+		return "", fail(fmt.Errorf("failed to fetch PVC from API server: %v", f.pvcErr))
 	case f.pvc.DeletionTimestamp != nil:
 		return "", fail(errors.New("PVC is being deleted"))
 	case f.pvc.Status.Phase != v1.ClaimBound:
@@ -240,7 +240,7 @@ func decideClaim(f *claimFacts) (pvMount, error) {
 	pv := f.pv
 	switch {
 	case f.pvErr != nil || pv == nil:
-		return pvMount{}, fail(fmt.Errorf("failed to fetch PV %s from API server: %w", pvName, f.pvErr))
+		return pvMount{}, fail(fmt.Errorf("failed to fetch PV %s from API server: %v", pvName, f.pvErr))
 	case pv.Spec.ClaimRef == nil:
 		return pvMount{}, fail(fmt.Errorf("found PV object %s but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim", pvName))
 	case pv.Spec.ClaimRef.UID != f.pvc.UID:

@@ -325,14 +325,22 @@ func TestLocalClaim(t *testing.T) {
 	if err := os.Chown(filepath.Join(disk, "old"), -1, 0); err != nil {
 		t.Fatal(err)
 	}
-	claims.delete("ns1", "c1")
-	got, err = m.SetUpPod(ctx, pod)
-	if err != nil || got["data"].Path != target {
-		t.Fatalf("repeat set-up with the claim gone: %+v, %v; want the kept mount", got["data"], err)
+	// A new manager (a restart of nodelet) finds the mount and reuses it.
+	restarted := NewManager(root, &fakeKube{}, m.clock, WithClaims(claims, func() map[string]string { return thisNode }))
+	for _, mgr := range []*Manager{m, restarted} {
+		got, err = mgr.SetUpPod(ctx, pod)
+		if err != nil || got["data"].Path != target {
+			t.Fatalf("repeat set-up: %+v, %v", got["data"], err)
+		}
 	}
 	fi, _ = os.Stat(filepath.Join(disk, "old"))
 	if groupOf(fi) != 0 {
 		t.Error("fsGroup applied again on a repeat set-up")
+	}
+	claims.delete("ns1", "c1")
+	got, err = m.SetUpPod(ctx, pod)
+	if err != nil || got["data"].Path != target {
+		t.Fatalf("repeat set-up with the claim gone: %+v, %v; want the kept mount", got["data"], err)
 	}
 	n, _ := mountutil.PointsUnder(target)
 	if len(n) != 1 {

@@ -227,8 +227,7 @@ func checkClaim(f *claimFacts) (string, error) {
 // messages: the claim (checkClaim), its PersistentVolume bound to that
 // claim, the volume mode against how containers use it, the volume type
 // (hostPath and local; anything else is named and waits), a local volume's
-// path and node affinity. Read-only when the pod's volume says so or when
-// the volume grants only ReadOnlyMany.
+// path and node affinity. Read-only when the pod's volume says so.
 func decideClaim(f *claimFacts) (pvMount, error) {
 	pvName, err := checkClaim(f)
 	if err != nil {
@@ -259,7 +258,10 @@ func decideClaim(f *claimFacts) (pvMount, error) {
 	if mode == v1.PersistentVolumeBlock {
 		return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("volume %s: PersistentVolume %s has volumeMode Block, which this node agent cannot map into containers yet", f.volume, pvName)}
 	}
-	out := pvMount{pvName: pvName, readOnly: f.claim.readOnly || onlyReadOnlyMany(pv.Spec.AccessModes)}
+	// Read-only comes from the pod's volume alone, as upstream: a PV granting
+	// only ReadOnlyMany is still mounted writable (access modes are for the
+	// binder and the attach, not the mount).
+	out := pvMount{pvName: pvName, readOnly: f.claim.readOnly}
 	switch src := &pv.Spec.PersistentVolumeSource; {
 	case src.HostPath != nil:
 		out.kind, out.hostPath = pvHostPath, src.HostPath
@@ -278,18 +280,6 @@ func decideClaim(f *claimFacts) (pvMount, error) {
 	}
 	return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("error processing PVC %s/%s: PersistentVolume %s is of type %s, which this node agent cannot mount (it mounts hostPath and local volumes)",
 		f.pod.Namespace, f.claim.name, pvName, pvType(&pv.Spec.PersistentVolumeSource))}
-}
-
-func onlyReadOnlyMany(modes []v1.PersistentVolumeAccessMode) bool {
-	if len(modes) == 0 {
-		return false
-	}
-	for _, m := range modes {
-		if m != v1.ReadOnlyMany {
-			return false
-		}
-	}
-	return true
 }
 
 // validateLocalPath refuses what upstream's local plugin refuses: an empty

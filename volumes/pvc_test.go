@@ -155,9 +155,9 @@ func TestDecideClaim(t *testing.T) {
 			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/mnt/disks/a"}},
 		{name: "claim readOnly", claim: claimRef{name: "c1", readOnly: true}, pvc: boundPVC("c1", "pv1"), pv: localPV("pv1", "c1", "/mnt/disks/a", "node1"),
 			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/mnt/disks/a", readOnly: true}},
-		{name: "volume only ReadOnlyMany", claim: claimRef{name: "c1"}, pvc: boundPVC("c1", "pv1"),
+		{name: "volume only ReadOnlyMany is still writable, as upstream", claim: claimRef{name: "c1"}, pvc: boundPVC("c1", "pv1"),
 			pv:   with(localPV("pv1", "c1", "/mnt/disks/a", "node1"), func(pv *v1.PersistentVolume) { pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany} }),
-			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/mnt/disks/a", readOnly: true}},
+			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/mnt/disks/a"}},
 		{name: "ReadOnlyMany and ReadWriteOnce stays writable", claim: claimRef{name: "c1"}, pvc: boundPVC("c1", "pv1"),
 			pv: with(hostPathPV("pv1", "c1", "/srv/a", v1.HostPathUnset), func(pv *v1.PersistentVolume) {
 				pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany, v1.ReadWriteOnce}

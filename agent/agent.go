@@ -322,10 +322,20 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		return nil, fmt.Errorf("setting up the configMap and secret source: %w", err)
 	}
 	var kubeGetter volumes.KubeGetter
+	volOpts := []volumes.Option{volumes.WithNodeAllocatable(nodeCtl.Allocatable)}
 	if client != nil {
 		kubeGetter = volumes.KubeGetterWithObjects(objects, client)
+		// Claims and their volumes are read with a Get on each pod sync, as
+		// upstream's volume manager does; a local volume's node affinity is
+		// matched against the registered Node's labels.
+		volOpts = append(volOpts, volumes.WithClaims(volumes.ClaimGetterFromClientset(client), func() map[string]string {
+			if n := nodeCtl.Node(); n != nil {
+				return n.Labels
+			}
+			return nil
+		}))
 	}
-	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volumes.WithNodeAllocatable(nodeCtl.Allocatable))
+	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volOpts...)
 	envSrc := newEnvSources(client, objects)
 
 	maxPulls := imagePullSlots(kc)

@@ -290,7 +290,20 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	vols, err := m.vols.SetUpPod(ctx, pod)
 	if err != nil {
 		if !volumes.OnlyKeptContent(err) {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", err)
+			// Claims that could not be processed get upstream's "Unable to
+			// attach or mount volumes" message; the rest nodelet's own.
+			var setUp []error
+			for _, e := range joined(err) {
+				var uv *volumes.UnprocessedVolumesError
+				if errors.As(e, &uv) {
+					m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
+					continue
+				}
+				setUp = append(setUp, e)
+			}
+			if len(setUp) > 0 {
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", errors.Join(setUp...))
+			}
 			return res, fmt.Errorf("setting up volumes: %w", err)
 		}
 		// A refresh failed, the earlier content stays: the pod goes on, as

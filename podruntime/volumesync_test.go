@@ -123,3 +123,34 @@ func TestVolumeRefreshFailure(t *testing.T) {
 		t.Errorf("events %q; want one FailedMount \"Unable to set up volumes\"", events)
 	}
 }
+
+// A claim that could not be processed blocks the pod with upstream's "Unable to
+// attach or mount volumes" FailedMount; another volume's failure in the same
+// sync keeps nodelet's own event beside it.
+func TestUnprocessedClaimEvent(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	vols := &countingVolumes{}
+	rec := record.NewFakeRecorder(100)
+	m := r.managerWith(vols, rec)
+	pod := syncPod("claims", v1.RestartPolicyAlways, nil, "app")
+	claimErr := &volumes.ClaimError{Volume: "data", Err: errors.New(`error processing PVC default/data: PVC is not bound`)}
+	vols.set(errors.Join(
+		&volumes.UnprocessedVolumesError{Unmounted: []string{"data"}, Failed: []string{"data"}, Errs: []*volumes.ClaimError{claimErr}},
+		&volumes.SetUpError{Volume: "cfg", Err: errors.New(`configmap "cfg" not found`)},
+	))
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("sync with an unbound claim succeeded")
+	}
+	if slices.Contains(r.fake.Calls(), "RunPodSandbox") {
+		t.Error("a sandbox was created while a claim is unbound")
+	}
+	events := drain(rec)
+	want := []string{
+		`Warning FailedMount Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/data: PVC is not bound`,
+		`Warning FailedMount Unable to set up volumes: MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found`,
+	}
+	if !slices.Equal(events, want) {
+		t.Errorf("events\n%q\nwant\n%q", events, want)
+	}
+}

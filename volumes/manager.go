@@ -60,7 +60,12 @@ type KubeGetter interface {
 // FailedMount wording.
 type SetUpError struct {
 	Volume string
-	Err    error
+	// Spec is the name the message gives the volume when it is not the pod's
+	// volume name: a PersistentVolume's name, as upstream's messages say.
+	Spec string
+	// Op is the step that failed; "" is "MountVolume.SetUp".
+	Op  string
+	Err error
 	// KeptContent: the volume already held content from an earlier set-up,
 	// which stays (as upstream's failed remounts leave a mounted volume), so
 	// the pod's containers can still use it.
@@ -68,7 +73,14 @@ type SetUpError struct {
 }
 
 func (e *SetUpError) Error() string {
-	return fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", e.Volume, e.Err)
+	op, name := e.Op, e.Spec
+	if op == "" {
+		op = "MountVolume.SetUp"
+	}
+	if name == "" {
+		name = e.Volume
+	}
+	return fmt.Sprintf("%s failed for volume %q : %v", op, name, e.Err)
 }
 
 func (e *SetUpError) Unwrap() error { return e.Err }
@@ -119,6 +131,11 @@ type Manager struct {
 	clock           clock.Clock
 	nodeAllocatable func() v1.ResourceList
 	noTmpfs         bool
+	claims          ClaimGetter
+	nodeLabels      func() map[string]string
+	// localMu serializes local volume mounts, so two pods mounting one
+	// volume at once agree on which mounted it first (and gets the fsGroup).
+	localMu sync.Mutex
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -131,6 +148,9 @@ type podState struct {
 	// written: digest of the payload last written per volume.
 	written map[string][sha256.Size]byte
 	tokens  map[string]*cachedToken
+	// claims: what each claim volume resolved to when last set up, kept
+	// while a later read of its claim or volume fails.
+	claims map[string]HostVolume
 }
 
 // NewManager returns a manager rooted at rootDir (the kubelet root dir).
@@ -162,6 +182,7 @@ func (m *Manager) state(uid types.UID) *podState {
 			prepared: map[string]bool{},
 			written:  map[string][sha256.Size]byte{},
 			tokens:   map[string]*cachedToken{},
+			claims:   map[string]HostVolume{},
 		}
 		m.pods[uid] = st
 	}
@@ -200,19 +221,50 @@ func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVol
 	}
 	out := make(map[string]HostVolume, len(pod.Spec.Volumes))
 	var errs []error
+	var claimErrs []*ClaimError
+	mounts, devices := usedVolumes(pod)
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
+		if _, isClaim := podClaim(pod, vol); isClaim && !mounts[vol.Name] && !devices[vol.Name] {
+			// As upstream: a claim no container uses is not mounted, so its
+			// state (unbound, missing) does not hold the pod back.
+			continue
+		}
 		hv, err := m.setUpVolume(ctx, pod, vol, st)
 		if err != nil {
+			if kept, ok := st.claims[vol.Name]; ok {
+				// Set up before: as upstream's mounted volumes, it stays while
+				// its claim or volume cannot be read; the next sync reads again.
+				klog.ErrorS(err, "Failed to process claim volume; keeping the earlier mount", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name)
+				out[vol.Name] = kept
+				continue
+			}
+			var ce *ClaimError
+			if errors.As(err, &ce) {
+				klog.ErrorS(err, "Error processing volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name)
+				claimErrs = append(claimErrs, ce)
+				continue
+			}
 			kept, ok := m.keptContent(pod.UID, vol)
 			klog.ErrorS(err, "Failed to set up volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "keptContent", ok)
-			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err, KeptContent: ok})
+			var se *SetUpError
+			if !errors.As(err, &se) {
+				se = &SetUpError{Volume: vol.Name, Err: err}
+			}
+			se.KeptContent = ok
+			errs = append(errs, se)
 			if ok {
 				out[vol.Name] = kept
 			}
 			continue
 		}
+		if _, isClaim := podClaim(pod, vol); isClaim {
+			st.claims[vol.Name] = hv
+		}
 		out[vol.Name] = hv
+	}
+	if len(claimErrs) > 0 {
+		errs = append([]error{newUnprocessedVolumesError(pod, out, claimErrs)}, errs...)
 	}
 	return out, errors.Join(errs...)
 }
@@ -257,6 +309,9 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 			return HostVolume{}, err
 		}
 		return m.writeVolume(pod, vol.Name, pluginProjected, true, payload, st)
+	case src.PersistentVolumeClaim != nil, src.Ephemeral != nil:
+		claim, _ := podClaim(pod, vol)
+		return m.setUpClaim(ctx, pod, vol, claim)
 	case src.Image != nil:
 		// Pulled with the pod's credentials and mounted by the runtime (CRI
 		// Mount.image), as upstream: the host holds nothing for it.
@@ -375,6 +430,7 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 		st.prepared = map[string]bool{}
 		st.written = map[string][sha256.Size]byte{}
 		st.tokens = map[string]*cachedToken{}
+		st.claims = map[string]HostVolume{}
 		m.mu.Lock()
 		if m.pods[podUID] == st {
 			delete(m.pods, podUID)

@@ -762,12 +762,13 @@ func TestUnsupportedAndStandalone(t *testing.T) {
 		v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		v1.Volume{Name: "img", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "reg.example.com/data:1", PullPolicy: v1.PullNever}}},
 	)
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "pvc", MountPath: "/data"}}
 	tearDownOnCleanup(t, m, pod.UID)
 	got, err := m.SetUpPod(ctx, pod)
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{`volume "pvc" : volume type persistentVolumeClaim is not supported`, `volume "cfg" : cannot get configmap ns1/x: no API server connection`} {
+	for _, want := range []string{`failed to process volumes=[pvc]: error processing PVC ns1/x: failed to fetch PVC from API server: no API server connection`, `volume "cfg" : cannot get configmap ns1/x: no API server connection`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -80,4 +81,32 @@ func applyFSGroup(dir string, gid int64, readOnly bool) error {
 		}
 		return nil
 	})
+}
+
+// fsGroupChangePolicyOf is the pod's fsGroupChangePolicy; unset is Always.
+func fsGroupChangePolicyOf(pod *v1.Pod) v1.PodFSGroupChangePolicy {
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroupChangePolicy != nil {
+		return *sc.FSGroupChangePolicy
+	}
+	return v1.FSGroupChangeAlways
+}
+
+// fsGroupChangeNeeded is upstream's OnRootMismatch test: the change is
+// skipped only when the volume's root is a directory that already has the
+// group, the group bits applyFSGroup would add and the setgid bit.
+func fsGroupChangeNeeded(dir string, gid int64, readOnly bool) bool {
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int64(st.Gid) != gid {
+		return true
+	}
+	want := rwMask
+	if readOnly {
+		want = roMask
+	}
+	want |= execMask
+	return fi.Mode().Perm()&want != want || fi.Mode()&os.ModeSetgid == 0
 }

@@ -73,7 +73,7 @@ func (m *Manager) PrepareSubPath(ctx context.Context, pod *v1.Pod, hv HostVolume
 	}
 	defer f.Close()
 	target := filepath.Join(m.subPathsDir(pod.UID), sp.Volume, sp.Container, strconv.Itoa(sp.Index))
-	reused, err := bindSubPath(f, target)
+	reused, err := bindMount(f, target)
 	if err != nil {
 		return "", &SubPathError{Err: fmt.Errorf("bind-mounting sub path %q of volume %q: %w", sp.Path, sp.Volume, err)}
 	}
@@ -84,11 +84,11 @@ func (m *Manager) PrepareSubPath(ctx context.Context, pod *v1.Pod, hv HostVolume
 	return target, nil
 }
 
-// bindSubPath bind-mounts src (through /proc/self/fd, so no path is looked
+// bindMount bind-mounts src (through /proc/self/fd, so no path is looked
 // up again) onto target, creating target as a file or a directory like src.
 // A target that already is a mount of src is kept (reused = true); a mount of
 // anything else is replaced.
-func bindSubPath(src *os.File, target string) (reused bool, err error) {
+func bindMount(src *os.File, target string) (reused bool, err error) {
 	var want unix.Stat_t
 	if err := unix.Fstat(int(src.Fd()), &want); err != nil {
 		return false, fmt.Errorf("fstat of %s: %w", src.Name(), err)

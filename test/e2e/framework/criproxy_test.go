@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // The proxy relays unary and streaming calls and their errors unchanged, and
@@ -45,6 +46,9 @@ func TestCRIProxyRelaysAndHoldsOneStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The stream reaches the runtime asynchronously through the proxy; an event
+	// emitted before it subscribes is lost (CI once waited 30 s for one).
+	eventually.True(t, "the runtime's event subscription through the proxy", func() bool { return rt.EventSubscribers() > 0 })
 	held := p.HoldStart("ns", "p", "setup")
 	sbCfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},

@@ -108,6 +108,13 @@ func WithImageLister(l ImageLister) Option { return func(c *Controller) { c.imag
 // (status.features.supplementalGroupsPolicy) from CRI Status.
 func WithRuntimeStatus(s RuntimeStatuser) Option { return func(c *Controller) { c.runtimeStatus = s } }
 
+// WithVolumesInUse reports node.status.volumesInUse: the attachable volumes
+// the node has mounted or is about to mount, which the attach/detach
+// controller must not detach.
+func WithVolumesInUse(f func() []v1.UniqueVolumeName) Option {
+	return func(c *Controller) { c.volumesInUse = f }
+}
+
 // WithMachineInfo uses the given machine facts instead of reading the host.
 func WithMachineInfo(mi MachineInfo) Option {
 	return func(c *Controller) { c.machine = mi; c.machineSet = true }
@@ -138,6 +145,7 @@ type Controller struct {
 	recorder           record.EventRecorder
 	images             ImageLister
 	runtimeStatus      RuntimeStatuser
+	volumesInUse       func() []v1.UniqueVolumeName
 	onHeartbeatFailure func()
 	podCIDRs           func(ctx context.Context, cidrs string) (bool, error)
 

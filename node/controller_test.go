@@ -819,6 +819,37 @@ func TestNodeImages(t *testing.T) {
 	}
 }
 
+// volumesInUse follows the volume manager's list, and leaves the status (so
+// the patch removes it) once the list is empty.
+func TestVolumesInUse(t *testing.T) {
+	var inUse []v1.UniqueVolumeName
+	cfg := Config{NodeName: "n1", Kubelet: testKubeletConfig(), NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
+	c, err := New(nil, nil, cfg, nil, nil, nil, WithMachineInfo(testMachine()), WithVolumesInUse(func() []v1.UniqueVolumeName { return inUse }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &v1.Node{}
+	inUse = []v1.UniqueVolumeName{"kubernetes.io/csi/d^h1"}
+	n := old.DeepCopy()
+	c.setNodeStatus(context.Background(), n)
+	if !reflect.DeepEqual(n.Status.VolumesInUse, inUse) {
+		t.Fatalf("volumesInUse = %v, want %v", n.Status.VolumesInUse, inUse)
+	}
+	inUse = []v1.UniqueVolumeName{}
+	after := n.DeepCopy()
+	c.setNodeStatus(context.Background(), after)
+	if after.Status.VolumesInUse != nil {
+		t.Fatalf("volumesInUse = %#v, want nil", after.Status.VolumesInUse)
+	}
+	patch, err := nodeStatusPatch(n, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(patch), `"volumesInUse":null`) {
+		t.Errorf("patch %s does not drop volumesInUse", patch)
+	}
+}
+
 type fakeImages struct{ list []*runtimeapi.Image }
 
 func (f *fakeImages) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {

@@ -97,6 +97,13 @@ func (c *Controller) setNodeStatus(ctx context.Context, node *v1.Node) []conditi
 	if c.runtimeStatus != nil {
 		c.setRuntimeFeatures(ctx, st)
 	}
+	if c.volumesInUse != nil {
+		// nil, not empty, so the patch drops the field once nothing is in use.
+		st.VolumesInUse = nil
+		if v := c.volumesInUse(); len(v) > 0 {
+			st.VolumesInUse = v
+		}
+	}
 
 	var p Pressure
 	if c.pressure != nil {

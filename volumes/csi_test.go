@@ -109,6 +109,9 @@ func (f *fakeNode) NodePublishVolume(_ context.Context, req *csipb.NodePublishVo
 	if err := os.MkdirAll(req.TargetPath, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "mkdir: %v", err)
 	}
+	if ok, _ := mountutil.IsMountPoint(req.TargetPath); ok {
+		return &csipb.NodePublishVolumeResponse{}, nil // published: idempotent, as the spec asks
+	}
 	if err := unix.Mount("tmpfs", req.TargetPath, "tmpfs", 0, ""); err != nil {
 		return nil, status.Errorf(codes.Internal, "mount: %v", err)
 	}
@@ -897,5 +900,42 @@ func TestCSIObjectsFromClientset(t *testing.T) {
 	}
 	if _, err := g.GetCSIDriver(ctx, "nope"); !apierrors.IsNotFound(err) {
 		t.Errorf("missing CSIDriver: %v", err)
+	}
+}
+
+// TestCSITokenRequestsAndRepublish: a CSIDriver's tokenRequests give the
+// pod's service account tokens in volume_context (upstream's JSON), and
+// requiresRepublish publishes again on every sync.
+func TestCSITokenRequestsAndRepublish(t *testing.T) {
+	requireRoot(t)
+	r := newCSIRig(t)
+	ctx := context.Background()
+	d := csiDriverObject(false, storagev1.FileFSGroupPolicy)
+	d.Spec.TokenRequests = []storagev1.TokenRequest{{Audience: "vault", ExpirationSeconds: ptr.To(int64(3600))}}
+	d.Spec.RequiresRepublish = ptr.To(true)
+	r.objs.putDriver(d)
+	r.claims.put(boundPVC("c1", "pv1"), csiPV("pv1", "c1", "h1"))
+	pod := claimPod(claimVolume("data", "c1", false))
+	tearDownOnCleanup(t, r.m, pod.UID)
+	for range 2 {
+		if _, err := r.m.SetUpPod(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.node.count("NodePublishVolume"); n != 2 {
+		t.Errorf("NodePublishVolume called %d times with requiresRepublish; want 2", n)
+	}
+	var tokens map[string]struct {
+		Token               string `json:"token"`
+		ExpirationTimestamp string `json:"expirationTimestamp"`
+	}
+	if err := json.Unmarshal([]byte(r.node.lastPublish().VolumeContext[csiTokensKey]), &tokens); err != nil {
+		t.Fatalf("%s: %v", csiTokensKey, err)
+	}
+	if tok := tokens["vault"]; tok.Token != "token-1" || tok.ExpirationTimestamp == "" {
+		t.Errorf("tokens = %+v; want the cached token-1 with its expiry", tokens)
+	}
+	if r.kube.count("token:") != 1 {
+		t.Errorf("token requests: %d; want 1 (cached)", r.kube.count("token:"))
 	}
 }

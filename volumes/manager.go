@@ -133,6 +133,10 @@ type Manager struct {
 	noTmpfs         bool
 	claims          ClaimGetter
 	nodeLabels      func() map[string]string
+	csiDrivers      CSIDrivers
+	csiObjects      CSIObjects
+	nodeName        string
+	csi             *csiState
 	// localMu serializes local volume mounts, so two pods mounting one
 	// volume at once agree on which mounted it first (and gets the fsGroup).
 	localMu sync.Mutex
@@ -151,6 +155,8 @@ type podState struct {
 	// claims: what each claim volume resolved to when last set up, kept
 	// while a later read of its claim or volume fails.
 	claims map[string]HostVolume
+	// csiFSGroupPending: CSI volumes published whose fsGroup change failed.
+	csiFSGroupPending map[string]bool
 }
 
 // NewManager returns a manager rooted at rootDir (the kubelet root dir).
@@ -162,6 +168,7 @@ func NewManager(rootDir string, kube KubeGetter, clk clock.Clock, opts ...Option
 		kube:    kube,
 		clock:   clk,
 		pods:    make(map[types.UID]*podState),
+		csi:     newCSIState(),
 	}
 	for _, o := range opts {
 		o(m)
@@ -183,6 +190,8 @@ func (m *Manager) state(uid types.UID) *podState {
 			written:  map[string][sha256.Size]byte{},
 			tokens:   map[string]*cachedToken{},
 			claims:   map[string]HostVolume{},
+
+			csiFSGroupPending: map[string]bool{},
 		}
 		m.pods[uid] = st
 	}
@@ -222,6 +231,7 @@ func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVol
 	out := make(map[string]HostVolume, len(pod.Spec.Volumes))
 	var errs []error
 	var claimErrs []*ClaimError
+	var attachErrs []*AttachError
 	mounts, devices := usedVolumes(pod)
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
@@ -245,6 +255,12 @@ func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVol
 				claimErrs = append(claimErrs, ce)
 				continue
 			}
+			var ae *AttachError
+			if errors.As(err, &ae) {
+				klog.InfoS("Volume not attached yet", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "err", err)
+				attachErrs = append(attachErrs, ae)
+				continue
+			}
 			kept, ok := m.keptContent(pod.UID, vol)
 			klog.ErrorS(err, "Failed to set up volume", "pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "keptContent", ok)
 			var se *SetUpError
@@ -263,8 +279,8 @@ func (m *Manager) SetUpPod(ctx context.Context, pod *v1.Pod) (map[string]HostVol
 		}
 		out[vol.Name] = hv
 	}
-	if len(claimErrs) > 0 {
-		errs = append([]error{newUnprocessedVolumesError(pod, out, claimErrs)}, errs...)
+	if len(claimErrs) > 0 || len(attachErrs) > 0 {
+		errs = append([]error{newUnprocessedVolumesError(pod, out, claimErrs, attachErrs)}, errs...)
 	}
 	return out, errors.Join(errs...)
 }
@@ -311,7 +327,9 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 		return m.writeVolume(pod, vol.Name, pluginProjected, true, payload, st)
 	case src.PersistentVolumeClaim != nil, src.Ephemeral != nil:
 		claim, _ := podClaim(pod, vol)
-		return m.setUpClaim(ctx, pod, vol, claim)
+		return m.setUpClaim(ctx, pod, vol, claim, st)
+	case src.CSI != nil && m.csiDrivers != nil:
+		return m.setUpCSI(ctx, pod, vol, nil, false, st)
 	case src.Image != nil:
 		// Pulled with the pod's credentials and mounted by the runtime (CRI
 		// Mount.image), as upstream: the host holds nothing for it.
@@ -431,6 +449,8 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 		st.written = map[string][sha256.Size]byte{}
 		st.tokens = map[string]*cachedToken{}
 		st.claims = map[string]HostVolume{}
+		st.csiFSGroupPending = map[string]bool{}
+		m.csi.forgetPod(podUID)
 		m.mu.Lock()
 		if m.pods[podUID] == st {
 			delete(m.pods, podUID)
@@ -440,6 +460,11 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 
 	// Sub path mounts first: they hold the volumes' contents.
 	if err := m.tearDownSubPaths(ctx, podUID); err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
+	}
+	// CSI volumes next: their drivers unpublish them (and unstage them when
+	// no other pod has them); what a driver cannot take down stays.
+	if err := m.tearDownCSI(ctx, podUID); err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
 	}
 	dir := m.podVolumesDir(podUID)

@@ -70,29 +70,41 @@ func (e *ClaimError) Error() string { return e.Err.Error() }
 func (e *ClaimError) Unwrap() error { return e.Err }
 
 // UnprocessedVolumesError is what SetUpPod reports when claim volumes could
-// not be processed, worded as upstream's FailedMount "Unable to attach or
-// mount volumes: ..." message: the volumes the containers use that are not
-// ready, the unattached ones (none: nodelet mounts no attachable volumes) and
+// not be processed or attachable volumes are not attached yet, worded as
+// upstream's FailedMount "Unable to attach or mount volumes: ..." message:
+// the volumes the containers use that are not ready, the unattached ones and
 // those that failed processing, then each failure.
 type UnprocessedVolumesError struct {
-	Unmounted []string
-	Failed    []string
-	Errs      []*ClaimError
+	Unmounted  []string
+	Unattached []string
+	Failed     []string
+	Errs       []*ClaimError
+	AttachErrs []*AttachError
 }
 
 func (e *UnprocessedVolumesError) Error() string {
-	msgs := make([]string, len(e.Errs))
-	for i, ce := range e.Errs {
-		msgs[i] = ce.Error()
+	var msgs []string
+	for _, ce := range e.Errs {
+		msgs = append(msgs, ce.Error())
 	}
-	return fmt.Sprintf("unmounted volumes=%v, unattached volumes=[], failed to process volumes=%v: %s",
-		e.Unmounted, e.Failed, strings.Join(msgs, "; "))
+	for _, ae := range e.AttachErrs {
+		msgs = append(msgs, ae.Error())
+	}
+	unattached := e.Unattached
+	if unattached == nil {
+		unattached = []string{}
+	}
+	return fmt.Sprintf("unmounted volumes=%v, unattached volumes=%v, failed to process volumes=%v: %s",
+		e.Unmounted, unattached, e.Failed, strings.Join(msgs, "; "))
 }
 
 func (e *UnprocessedVolumesError) Unwrap() []error {
-	out := make([]error, len(e.Errs))
-	for i, ce := range e.Errs {
-		out[i] = ce
+	var out []error
+	for _, ce := range e.Errs {
+		out = append(out, ce)
+	}
+	for _, ae := range e.AttachErrs {
+		out = append(out, ae)
 	}
 	return out
 }
@@ -100,8 +112,8 @@ func (e *UnprocessedVolumesError) Unwrap() []error {
 // newUnprocessedVolumesError sorts as upstream's message does; the
 // unmounted volumes are the ones the pod's containers use (volumeMounts and
 // volumeDevices) that are missing from ready.
-func newUnprocessedVolumesError(pod *v1.Pod, ready map[string]HostVolume, errs []*ClaimError) *UnprocessedVolumesError {
-	e := &UnprocessedVolumesError{Unmounted: []string{}, Failed: []string{}, Errs: errs}
+func newUnprocessedVolumesError(pod *v1.Pod, ready map[string]HostVolume, errs []*ClaimError, attachErrs []*AttachError) *UnprocessedVolumesError {
+	e := &UnprocessedVolumesError{Unmounted: []string{}, Unattached: []string{}, Failed: []string{}, Errs: errs, AttachErrs: attachErrs}
 	mounts, devices := usedVolumes(pod)
 	for name := range mounts {
 		if _, ok := ready[name]; !ok {
@@ -116,7 +128,11 @@ func newUnprocessedVolumesError(pod *v1.Pod, ready map[string]HostVolume, errs [
 	for _, ce := range errs {
 		e.Failed = append(e.Failed, ce.Volume)
 	}
+	for _, ae := range attachErrs {
+		e.Unattached = append(e.Unattached, ae.Volume)
+	}
 	sort.Strings(e.Unmounted)
+	sort.Strings(e.Unattached)
 	sort.Strings(e.Failed)
 	return e
 }
@@ -170,6 +186,7 @@ type pvKind int
 const (
 	pvHostPath pvKind = iota + 1
 	pvLocal
+	pvCSI
 )
 
 // pvMount is what a claim volume mounts: decided by decideClaim from the
@@ -179,6 +196,7 @@ type pvMount struct {
 	kind     pvKind
 	hostPath *v1.HostPathVolumeSource // pvHostPath: checked as a hostPath volume
 	path     string                   // pvLocal: the directory to bind-mount
+	pv       *v1.PersistentVolume     // pvCSI: decided by decideCSI
 	readOnly bool
 }
 
@@ -196,6 +214,8 @@ type claimFacts struct {
 	pv         *v1.PersistentVolume
 	pvErr      error
 	nodeLabels map[string]string
+	// csi: CSI volumes can be mounted (WithCSI).
+	csi bool
 }
 
 // checkClaim is the first half of the decision: is the claim there, bound
@@ -277,9 +297,16 @@ func decideClaim(f *claimFacts) (pvMount, error) {
 			return pvMount{}, &SetUpError{Volume: f.volume, Spec: pvName, Err: err}
 		}
 		return out, nil
+	case src.CSI != nil && f.csi:
+		out.kind, out.pv = pvCSI, pv
+		return out, nil
 	}
-	return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("error processing PVC %s/%s: PersistentVolume %s is of type %s, which this node agent cannot mount (it mounts hostPath and local volumes)",
-		f.pod.Namespace, f.claim.name, pvName, pvType(&pv.Spec.PersistentVolumeSource))}
+	mounts := "hostPath and local volumes"
+	if f.csi {
+		mounts = "hostPath, local and CSI volumes"
+	}
+	return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("error processing PVC %s/%s: PersistentVolume %s is of type %s, which this node agent cannot mount (it mounts %s)",
+		f.pod.Namespace, f.claim.name, pvName, pvType(&pv.Spec.PersistentVolumeSource), mounts)}
 }
 
 // validateLocalPath refuses what upstream's local plugin refuses: an empty
@@ -337,9 +364,9 @@ func pvType(src *v1.PersistentVolumeSource) string {
 // mounts: a hostPath volume is checked as hostPath volumes are and given to
 // the runtime as is (no fsGroup, as upstream); a local volume is bind-mounted
 // at <pod>/volumes/kubernetes.io~local-volume/<pvName> (setUpLocal).
-func (m *Manager) setUpClaim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, claim claimRef) (HostVolume, error) {
+func (m *Manager) setUpClaim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, claim claimRef, st *podState) (HostVolume, error) {
 	mounts, devices := usedVolumes(pod)
-	f := &claimFacts{pod: pod, volume: vol.Name, claim: claim, usedAsDir: mounts[vol.Name], usedAsDev: devices[vol.Name]}
+	f := &claimFacts{pod: pod, volume: vol.Name, claim: claim, usedAsDir: mounts[vol.Name], usedAsDev: devices[vol.Name], csi: m.csiDrivers != nil}
 	if m.claims == nil {
 		f.pvcErr = errors.New("no API server connection")
 	} else {
@@ -367,6 +394,8 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, c
 			return HostVolume{}, &SetUpError{Volume: vol.Name, Spec: pm.pvName, Err: err}
 		}
 		return hv, nil
+	case pvCSI:
+		return m.setUpCSI(ctx, pod, vol, pm.pv, pm.readOnly, st)
 	}
 	return HostVolume{}, fmt.Errorf("volume %s: no mount decided", vol.Name)
 }

@@ -41,6 +41,16 @@ func (t *cachedToken) needsRefresh(now time.Time) bool {
 // to the pod, from the cache unless it needs a refresh. When a refresh
 // fails and the cached token is still valid, the cached one is used.
 func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, volName string, p *v1.ServiceAccountTokenProjection, st *podState) (string, error) {
+	t, err := m.podToken(ctx, pod, volName, p, st)
+	if err != nil {
+		return "", err
+	}
+	return t.token, nil
+}
+
+// podToken is serviceAccountToken with the token's expiry (CSI drivers'
+// tokenRequests are given both); volName keys the cache.
+func (m *Manager) podToken(ctx context.Context, pod *v1.Pod, volName string, p *v1.ServiceAccountTokenProjection, st *podState) (*cachedToken, error) {
 	expSeconds := int64(defaultTokenExpirationSeconds)
 	if p.ExpirationSeconds != nil {
 		expSeconds = max(*p.ExpirationSeconds, minTokenExpirationSeconds)
@@ -55,10 +65,10 @@ func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, volName 
 	now := m.clock.Now()
 	cached := st.tokens[key]
 	if cached != nil && cached.cacheKey == cacheKey && !cached.needsRefresh(now) {
-		return cached.token, nil
+		return cached, nil
 	}
 	if m.kube == nil {
-		return "", fmt.Errorf("cannot request a service account token: no API server connection (standalone mode)")
+		return nil, fmt.Errorf("cannot request a service account token: no API server connection (standalone mode)")
 	}
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
@@ -84,17 +94,18 @@ func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, volName 
 		if cached != nil && cached.cacheKey == cacheKey && now.Before(cached.expiry) {
 			klog.ErrorS(err, "Failed to refresh service account token, using the cached one",
 				"pod", klog.KObj(pod), "serviceAccount", sa, "expiry", cached.expiry)
-			return cached.token, nil
+			return cached, nil
 		}
-		return "", fmt.Errorf("requesting token for service account %s/%s: %w", pod.Namespace, sa, err)
+		return nil, fmt.Errorf("requesting token for service account %s/%s: %w", pod.Namespace, sa, err)
 	}
 	expiry := tr.Status.ExpirationTimestamp.Time
 	if expiry.IsZero() {
 		expiry = now.Add(time.Duration(expSeconds) * time.Second)
 	}
-	st.tokens[key] = &cachedToken{token: tr.Status.Token, issued: now, expiry: expiry, cacheKey: cacheKey}
+	t := &cachedToken{token: tr.Status.Token, issued: now, expiry: expiry, cacheKey: cacheKey}
+	st.tokens[key] = t
 	klog.V(3).InfoS("Got service account token", "pod", klog.KObj(pod), "serviceAccount", sa, "expiry", expiry)
-	return tr.Status.Token, nil
+	return t, nil
 }
 
 // KubeGetterFromClientset adapts a clientset; every call goes to the API

@@ -101,7 +101,7 @@ func (m *Manager) unstageUnused(ctx context.Context, client csipb.NodeClient, dr
 		m.csi.setStaged(key, false)
 		return nil
 	}
-	published, err := m.publishedCSIVolumes()
+	published, err := publishedCSIVolumes(m.rootDir)
 	if err != nil {
 		return err
 	}
@@ -131,13 +131,13 @@ func (m *Manager) unstageUnused(ctx context.Context, client csipb.NodeClient, dr
 // publishedCSIVolumes reads the vol_data.json of every pod's CSI volume:
 // <root>/pods/*/volumes/kubernetes.io~csi/*/vol_data.json. Unreadable ones
 // are skipped (and logged): they name no volume.
-func (m *Manager) publishedCSIVolumes() ([]volData, error) {
-	return readVolDataGlob(filepath.Join(m.rootDir, "pods", "*", "volumes", csi.PodPluginDir, "*", csi.VolDataFile))
+func publishedCSIVolumes(rootDir string) ([]volData, error) {
+	return readVolDataGlob(filepath.Join(rootDir, "pods", "*", "volumes", csi.PodPluginDir, "*", csi.VolDataFile))
 }
 
 // stagedCSIVolumes reads the vol_data.json beside every staging path.
-func (m *Manager) stagedCSIVolumes() ([]volData, error) {
-	return readVolDataGlob(filepath.Join(csi.PluginsDir(m.rootDir), csi.PluginName, "*", "*", csi.VolDataFile))
+func stagedCSIVolumes(rootDir string) ([]volData, error) {
+	return readVolDataGlob(filepath.Join(csi.PluginsDir(rootDir), csi.PluginName, "*", "*", csi.VolDataFile))
 }
 
 func readVolDataGlob(pattern string) ([]volData, error) {
@@ -159,31 +159,54 @@ func readVolDataGlob(pattern string) ([]volData, error) {
 	return out, nil
 }
 
-// VolumesInUse names (sorted) the attachable CSI volumes of the pods being
+// CSIInUse is the memory of which attachable CSI volumes pods use. It is
+// made before the Manager (and given to it with WithCSIInUse) so that the
+// node status, whose controller the Manager needs first, can list them.
+type CSIInUse struct {
+	rootDir string
+	st      *csiState
+}
+
+// NewCSIInUse returns an empty memory for a manager rooted at rootDir.
+func NewCSIInUse(rootDir string) *CSIInUse {
+	return &CSIInUse{rootDir: rootDir, st: newCSIState()}
+}
+
+// WithCSIInUse makes the manager keep its CSI memory in u (of the same root dir).
+func WithCSIInUse(u *CSIInUse) Option {
+	return func(m *Manager) { m.csi = u.st }
+}
+
+// VolumesInUse is the in-use list of the manager's memory (CSIInUse.List).
+func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
+	return (&CSIInUse{rootDir: m.rootDir, st: m.csi}).List()
+}
+
+// List names (sorted) the attachable CSI volumes of the pods being
 // set up or mounted, for node.status.volumesInUse: the attach/detach
 // controller does not detach a volume listed there. From memory (pods set
 // up by this process, attachable per their CSIDriver) and from disk (the
 // volumes published or staged, also before a restart), a volume on disk
 // counting unless this process found it not attachable.
-func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
+func (c *CSIInUse) List() []v1.UniqueVolumeName {
 	names := map[string]bool{}
-	m.csi.mu.Lock()
-	for _, vols := range m.csi.inUse {
+	c.st.mu.Lock()
+	for _, vols := range c.st.inUse {
 		for _, u := range vols {
 			names[u] = true
 		}
 	}
-	attachable := make(map[string]bool, len(m.csi.attachable))
-	for u, a := range m.csi.attachable {
+	attachable := make(map[string]bool, len(c.st.attachable))
+	for u, a := range c.st.attachable {
 		attachable[u] = a
 	}
-	m.csi.mu.Unlock()
+	c.st.mu.Unlock()
 
-	published, err := m.publishedCSIVolumes()
+	published, err := publishedCSIVolumes(c.rootDir)
 	if err != nil {
 		klog.ErrorS(err, "Listing published CSI volumes")
 	}
-	staged, err := m.stagedCSIVolumes()
+	staged, err := stagedCSIVolumes(c.rootDir)
 	if err != nil {
 		klog.ErrorS(err, "Listing staged CSI volumes")
 	}

@@ -639,6 +639,33 @@ func TestCSIRestartReuse(t *testing.T) {
 	}
 }
 
+// A CSIInUse made before the manager (as the agent does, for the node
+// status) lists what the manager sets up.
+func TestCSIInUseSharedWithTheNodeStatus(t *testing.T) {
+	r := newCSIRig(t)
+	ctx := context.Background()
+	r.claims.put(boundPVC("c1", "pv1"), csiPV("pv1", "c1", "h1"))
+	pod := claimPod(claimVolume("data", "c1", false))
+	inUse := NewCSIInUse(r.root)
+	m := NewManager(r.root, r.kube, r.m.clock, WithClaims(r.claims, func() map[string]string { return thisNode }),
+		WithCSI(r.drivers, r.objs, "node1"), WithCSIInUse(inUse))
+	if len(inUse.List()) != 0 {
+		t.Fatalf("in use before any pod: %v", inUse.List())
+	}
+	if _, err := m.SetUpPod(ctx, pod); err == nil {
+		t.Fatal("set up without a VolumeAttachment")
+	}
+	if got := inUse.List(); !reflect.DeepEqual(got, []v1.UniqueVolumeName{"kubernetes.io/csi/test.csi.k8s.io^h1"}) {
+		t.Errorf("List while waiting for the attach = %v", got)
+	}
+	if err := m.TearDownPod(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse.List(); len(got) != 0 {
+		t.Errorf("List after teardown = %v", got)
+	}
+}
+
 // TestCSIUnattachedWait: an attachable volume waits for its
 // VolumeAttachment, listed as unattached with the reason, and is in use
 // meanwhile; once attached it is published.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -213,6 +214,10 @@ func nodeMetaPatch(old, updated *v1.Node) ([]byte, error) {
 type apiPublisher struct {
 	client   kubernetes.Interface
 	nodeName string
+	// mu serializes the registry's own writes (as upstream's node info
+	// manager): two drivers' read-modify-writes of the one annotation
+	// must not interleave even where no resourceVersion conflict says so.
+	mu sync.Mutex
 }
 
 // install publishes a registered driver: Node annotation and labels first,
@@ -221,6 +226,8 @@ func (p *apiPublisher) install(ctx context.Context, ni nodeInfo) error {
 	if ni.nodeID == "" {
 		return fmt.Errorf("error adding CSI driver node info: driverNodeID must not be empty")
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err := p.updateNode(ctx, func(n *v1.Node) (bool, error) { return installOnNode(n, ni) }); err != nil {
 		return fmt.Errorf("error updating Node object with CSI driver node info: %w", err)
 	}
@@ -232,6 +239,8 @@ func (p *apiPublisher) install(ctx context.Context, ni nodeInfo) error {
 
 // uninstall removes a driver's entry from CSINode and the annotation.
 func (p *apiPublisher) uninstall(ctx context.Context, driver string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err := p.updateCSINode(ctx, false, func(cn *storagev1.CSINode) bool { return uninstallFromCSINode(cn, driver) }); err != nil {
 		return fmt.Errorf("error uninstalling CSI driver from CSINode object: %w", err)
 	}

@@ -1,7 +1,9 @@
 package csi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -9,7 +11,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -38,7 +45,7 @@ func TestInstallOnNode(t *testing.T) {
 		{name: "already there", node: nodeWith(map[string]string{NodeIDAnnotation: `{"a":"id-a"}`}, zone),
 			ni: nodeInfo{driver: "a", nodeID: "id-a", topology: zone}, wantAnn: map[string]string{NodeIDAnnotation: `{"a":"id-a"}`}, wantLabels: zone},
 		{name: "topology collision", node: nodeWith(nil, map[string]string{"topology.hostpath.csi/node": "other"}),
-			ni: nodeInfo{driver: "a", nodeID: "id-a", topology: zone},
+			ni:      nodeInfo{driver: "a", nodeID: "id-a", topology: zone},
 			wantErr: `detected topology value collision: driver reported "topology.hostpath.csi/node":"n1" but existing label is "topology.hostpath.csi/node":"other"`},
 		{name: "bad annotation", node: nodeWith(map[string]string{NodeIDAnnotation: `{`}, nil), ni: nodeInfo{driver: "a", nodeID: "id-a"},
 			wantErr: `failed to parse node's "csi.volume.kubernetes.io/nodeid" annotation value ("{")`},
@@ -122,7 +129,7 @@ func TestInstallOnCSINode(t *testing.T) {
 		{name: "limit capped to int32", ni: nodeInfo{driver: "a", nodeID: "id-a", maxVolumes: math.MaxInt64},
 			wantChanged: true, want: []storagev1.CSINodeDriver{entry("id-a", []string{}, ptr.To[int32](math.MaxInt32))}},
 		{name: "same entry unchanged", drivers: []storagev1.CSINodeDriver{entry("id-a", []string{"z", "k"}, ptr.To[int32](10)), other},
-			ni: nodeInfo{driver: "a", nodeID: "id-a", maxVolumes: 10, topology: topo},
+			ni:   nodeInfo{driver: "a", nodeID: "id-a", maxVolumes: 10, topology: topo},
 			want: []storagev1.CSINodeDriver{entry("id-a", []string{"z", "k"}, ptr.To[int32](10)), other}},
 		{name: "new node ID replaces the entry", drivers: []storagev1.CSINodeDriver{entry("old", nil, nil), other},
 			ni: nodeInfo{driver: "a", nodeID: "id-a"}, wantChanged: true, want: []storagev1.CSINodeDriver{other, entry("id-a", []string{}, nil)}},
@@ -174,5 +181,41 @@ func TestNodeMetaPatch(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("patch = %s", b)
+	}
+}
+
+// A write that loses a race is redone from a fresh read.
+func TestAPIPublisherRetriesConflicts(t *testing.T) {
+	client := fake.NewClientset(nodeWith(nil, nil))
+	conflicts := map[string]int{}
+	conflictOnce := func(verb, resource string) {
+		client.PrependReactor(verb, resource, func(action k8stesting.Action) (bool, runtime.Object, error) {
+			conflicts[verb+" "+resource]++
+			if conflicts[verb+" "+resource] == 1 {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: resource}, "n1", errors.New("changed"))
+			}
+			return false, nil, nil
+		})
+	}
+	conflictOnce("patch", "nodes")
+	conflictOnce("update", "csinodes")
+	// The CSINode exists, so installing updates it.
+	if _, err := client.StorageV1().CSINodes().Create(context.Background(), newCSINode(nodeWith(nil, nil)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := &apiPublisher{client: client, nodeName: "n1"}
+	if err := p.install(context.Background(), nodeInfo{driver: "a", nodeID: "id-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if conflicts["patch nodes"] != 2 || conflicts["update csinodes"] != 2 {
+		t.Errorf("writes = %v, want each tried twice", conflicts)
+	}
+	cn, _ := client.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	n, _ := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if len(cn.Spec.Drivers) != 1 || n.Annotations[NodeIDAnnotation] != `{"a":"id-a"}` {
+		t.Errorf("CSINode drivers %+v, annotations %v", cn.Spec.Drivers, n.Annotations)
+	}
+	if err := p.install(context.Background(), nodeInfo{driver: "b"}); err == nil || err.Error() != "error adding CSI driver node info: driverNodeID must not be empty" {
+		t.Errorf("empty node ID: err = %v", err)
 	}
 }

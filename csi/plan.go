@@ -7,7 +7,10 @@ import (
 
 // fileID tells a socket file from one re-created at the same path: a
 // restarted plugin makes a new inode (and ctime), which upstream sees as a
-// new fsnotify create event and answers by registering again.
+// new fsnotify create event and answers by registering again. A file
+// system may hand the freed inode number out again within one ctime tick,
+// so the registry also watches the connection to the registration server
+// (sockState.gone).
 type fileID struct {
 	dev, ino uint64
 	ctimeNs  int64
@@ -21,6 +24,9 @@ type sockState struct {
 	settled  bool   // registered, or refused until the socket changes
 	failures int    // consecutive failed registrations, for the backoff
 	retryAt  time.Time
+	// gone: the registration server this socket's driver registered
+	// through closed its connection (set by the scan, not stored).
+	gone bool
 }
 
 // actions are what one scan of the registry directory calls for.
@@ -40,7 +46,7 @@ func plan(found map[string]fileID, known map[string]sockState, now time.Time) ac
 		if st.busy {
 			continue
 		}
-		if id, ok := found[path]; !ok || id != st.id {
+		if id, ok := found[path]; !ok || id != st.id || st.gone {
 			a.drop = append(a.drop, path)
 		}
 	}
@@ -50,7 +56,7 @@ func plan(found map[string]fileID, known map[string]sockState, now time.Time) ac
 		case !ok:
 			a.register = append(a.register, path)
 		case st.busy:
-		case st.id != id:
+		case st.id != id || st.gone:
 			a.register = append(a.register, path)
 		case !st.settled && !now.Before(st.retryAt):
 			a.register = append(a.register, path)

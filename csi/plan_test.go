@@ -1,7 +1,12 @@
 package csi
 
 import (
+	"net"
+	"os"
+	"path/filepath"
 	"reflect"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +31,9 @@ func TestPlan(t *testing.T) {
 		{name: "re-created socket drops and registers", found: map[string]fileID{"/r/a": b},
 			known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d"}},
 			want:  actions{drop: []string{"/r/a"}, register: []string{"/r/a"}}},
+		{name: "registration server gone: drop and register again", found: map[string]fileID{"/r/a": a},
+			known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d", gone: true}},
+			want:  actions{drop: []string{"/r/a"}, register: []string{"/r/a"}}},
 		{name: "busy socket left alone even when removed", found: map[string]fileID{"/r/b": b},
 			known: map[string]sockState{"/r/a": {id: a, busy: true}, "/r/b": {id: a, busy: true}}, want: actions{}},
 		{name: "failed socket retried when due", found: map[string]fileID{"/r/a": a},
@@ -48,5 +56,63 @@ func TestRetryDelay(t *testing.T) {
 		if got := retryDelay(n); got != want {
 			t.Errorf("retryDelay(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+func TestFindSockets(t *testing.T) {
+	dir, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	listen := func(path string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close()
+	}
+	listen(filepath.Join(dir, "a.sock"))
+	listen(filepath.Join(dir, "sub", "b.sock"))
+	listen(filepath.Join(dir, ".hidden.sock"))
+	listen(filepath.Join(dir, ".dir", "c.sock"))
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "a.sock"), filepath.Join(dir, "link.sock")); err != nil {
+		t.Fatal(err)
+	}
+	found, err := findSockets(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for p := range found {
+		got = append(got, strings.TrimPrefix(p, dir+"/"))
+	}
+	sort.Strings(got)
+	if want := []string{"a.sock", "sub/b.sock"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("found %v, want %v", got, want)
+	}
+
+	// A socket re-created at the same path is another file (made before
+	// the old one goes, so its inode number cannot be the old one's).
+	before := found[filepath.Join(dir, "a.sock")]
+	listen(filepath.Join(dir, "a2.sock"))
+	if err := os.Rename(filepath.Join(dir, "a2.sock"), filepath.Join(dir, "a.sock")); err != nil {
+		t.Fatal(err)
+	}
+	found, _ = findSockets(dir)
+	if after := found[filepath.Join(dir, "a.sock")]; after == before {
+		t.Errorf("re-created socket has the same identity %+v", after)
+	}
+
+	if _, err := findSockets(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing directory listed without error")
 	}
 }

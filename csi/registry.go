@@ -16,6 +16,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +54,11 @@ type Registry struct {
 	mu      sync.Mutex
 	drivers map[string]*driver   // by driver name
 	sockets map[string]sockState // by registration socket path
+	// regConns are the connections to the registration servers of the
+	// registered drivers, kept open to see those servers go away: a
+	// restarted plugin closes them even when its new socket cannot be
+	// told from the old one by the file alone.
+	regConns map[string]*grpc.ClientConn
 }
 
 // driver is a registered (or registering: !ready) CSI driver.
@@ -121,6 +127,7 @@ func New(ctx context.Context, rootDir string, opts ...Option) (*Registry, error)
 		pollInterval: DefaultPollInterval,
 		drivers:      map[string]*driver{},
 		sockets:      map[string]sockState{},
+		regConns:     map[string]*grpc.ClientConn{},
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {
@@ -213,7 +220,16 @@ func (r *Registry) scan(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	r.mu.Lock()
-	a := plan(found, maps.Clone(r.sockets), r.clock.Now())
+	known := maps.Clone(r.sockets)
+	for s, conn := range r.regConns {
+		if st := conn.GetState(); st != connectivity.Ready {
+			klog.InfoS("Registration server of a CSI driver went away", "socket", s, "driver", known[s].driver, "state", st)
+			k := known[s]
+			k.gone = true
+			known[s] = k
+		}
+	}
+	a := plan(found, known, r.clock.Now())
 	r.mu.Unlock()
 	for _, s := range a.drop {
 		r.dropSocket(ctx, s)
@@ -274,7 +290,7 @@ func findSockets(dir string) (map[string]fileID, error) {
 
 // registerSocket runs one registration of a socket and records its outcome.
 func (r *Registry) registerSocket(ctx context.Context, socket string) {
-	name, permanent, err := r.register(ctx, socket)
+	name, regConn, permanent, err := r.register(ctx, socket)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.sockets[socket]
@@ -282,6 +298,7 @@ func (r *Registry) registerSocket(ctx context.Context, socket string) {
 	switch {
 	case err == nil:
 		st.settled, st.driver, st.failures = true, name, 0
+		r.regConns[socket] = regConn
 	case permanent:
 		st.settled = true
 	default:
@@ -295,26 +312,33 @@ func (r *Registry) registerSocket(ctx context.Context, socket string) {
 // register asks the plugin at socket what it is and registers it: its
 // driver connection, NodeGetInfo, the API objects, then the plugin is told
 // the outcome. permanent failures (wrong type, bad versions) wait for the
-// socket to change; the others are retried.
-func (r *Registry) register(ctx context.Context, socket string) (name string, permanent bool, err error) {
-	conn, err := dialUnix(socket)
+// socket to change; the others are retried. On success the connection to
+// the registration server is returned open.
+func (r *Registry) register(ctx context.Context, socket string) (name string, regConn *grpc.ClientConn, permanent bool, err error) {
+	// Never idle: an idle channel drops its connection, which would read as
+	// the server going away.
+	conn, err := dialUnix(socket, grpc.WithIdleTimeout(0))
 	if err != nil {
-		return "", false, fmt.Errorf("RegisterPlugin error -- dial failed at socket %s, err: %w", socket, err)
+		return "", nil, false, fmt.Errorf("RegisterPlugin error -- dial failed at socket %s, err: %w", socket, err)
 	}
-	defer conn.Close()
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
 	reg := registerapi.NewRegistrationClient(conn)
 	infoCtx, cancel := context.WithTimeout(ctx, getInfoTimeout)
 	info, err := reg.GetInfo(infoCtx, &registerapi.InfoRequest{})
 	cancel()
 	if err != nil {
-		return "", false, fmt.Errorf("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket %s, err: %w", socket, err)
+		return "", nil, false, fmt.Errorf("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket %s, err: %w", socket, err)
 	}
 
 	p, d, err := r.reserve(info, socket)
 	if err != nil {
 		klog.InfoS("Refused plugin registration", "socket", socket, "type", info.GetType(), "name", info.GetName(), "err", err)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", true, err
+		return "", nil, true, err
 	}
 	klog.InfoS("Registering CSI driver", "driver", p.name, "endpoint", p.endpoint, "versions", info.SupportedVersions, "socket", socket)
 
@@ -334,7 +358,7 @@ func (r *Registry) register(ctx context.Context, socket string) (name string, pe
 		}
 		err = fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: %w", err)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", false, err
+		return "", nil, false, err
 	}
 
 	r.mu.Lock()
@@ -348,12 +372,12 @@ func (r *Registry) register(ctx context.Context, socket string) (name string, pe
 		dconn.Close()
 		err := fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: CSI driver %s was replaced by a higher version registering meanwhile", p.name)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", true, err
+		return "", nil, true, err
 	}
 	klog.InfoS("Registered CSI driver", "driver", p.name, "endpoint", p.endpoint, "version", p.version, "nodeID", ni.nodeID,
 		"maxVolumesPerNode", ni.maxVolumes, "topology", ni.topology, "socket", socket)
 	r.notify(ctx, reg, socket, true, "")
-	return p.name, false, nil
+	return p.name, conn, false, nil
 }
 
 // reserve checks the plugin's info and, when it can register, enters its
@@ -439,6 +463,10 @@ func (r *Registry) dropSocket(ctx context.Context, socket string) {
 	r.mu.Lock()
 	st := r.sockets[socket]
 	delete(r.sockets, socket)
+	if c := r.regConns[socket]; c != nil {
+		c.Close()
+		delete(r.regConns, socket)
+	}
 	d := r.drivers[st.driver]
 	if d != nil && d.socket == socket {
 		delete(r.drivers, st.driver)
@@ -471,10 +499,14 @@ func (r *Registry) closeAll() {
 		delete(r.drivers, n)
 	}
 	clear(r.sockets)
+	for s, c := range r.regConns {
+		c.Close()
+		delete(r.regConns, s)
+	}
 }
 
 // dialUnix makes a gRPC client of the unix socket at path; it connects on
 // the first call.
-func dialUnix(path string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func dialUnix(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+path, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 }

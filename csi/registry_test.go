@@ -38,9 +38,10 @@ type fakePlugin struct {
 	failNodeInfo atomic.Int32 // NodeGetInfo calls left to fail
 	statuses     chan *registerapi.RegistrationStatus
 
-	regSock string
-	servers []*grpc.Server
-	wg      sync.WaitGroup
+	regSock   string
+	servers   []*grpc.Server
+	listeners []*net.UnixListener
+	wg        sync.WaitGroup
 }
 
 func (p *fakePlugin) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
@@ -93,6 +94,7 @@ func (p *fakePlugin) serve(t *testing.T, s *grpc.Server, path string) {
 		t.Fatal(err)
 	}
 	p.servers = append(p.servers, s)
+	p.listeners = append(p.listeners, l.(*net.UnixListener))
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -107,6 +109,14 @@ func (p *fakePlugin) stop() {
 	}
 	p.wg.Wait()
 	p.servers = nil
+}
+
+// crash ends the servers as a killed process does: the socket files stay.
+func (p *fakePlugin) crash() {
+	for _, l := range p.listeners {
+		l.SetUnlinkOnClose(false)
+	}
+	p.stop()
 }
 
 // status waits for the next NotifyRegistrationStatus.
@@ -364,6 +374,23 @@ func TestRegistryReregistersRecreatedSocket(t *testing.T) {
 	if resp, err := nc.NodeGetInfo(context.Background(), &csipb.NodeGetInfoRequest{}); err != nil || resp.GetNodeId() != "new" {
 		t.Errorf("NodeGetInfo over the new connection = %v, %v", resp, err)
 	}
+}
+
+// A plugin that died without removing its socket is deregistered (as
+// upstream's connection monitor does) and its socket retried.
+func TestRegistryDeregistersCrashedPlugin(t *testing.T) {
+	client := fakeNodeClient()
+	root, r := startRegistry(t, client)
+	p := startPlugin(t, root, "crash.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "id"}, nil)
+	if s := p.status(t); !s.PluginRegistered {
+		t.Fatalf("status = %+v", s)
+	}
+	p.crash()
+	if _, err := os.Lstat(p.regSock); err != nil {
+		t.Fatalf("crashed plugin's socket: %v", err)
+	}
+	eventually.True(t, "crashed driver deregistered", func() bool { return !r.Registered("crash.csi.k8s.io") })
+	eventually.True(t, "CSINode entry removed", func() bool { return len(csiNodeDrivers(t, client)) == 0 })
 }
 
 func TestRegistryStandalone(t *testing.T) {

@@ -1,7 +1,6 @@
 package csi
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -66,15 +65,8 @@ func TestFindSockets(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	listen := func(path string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("unix", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l := listenUnix(t, path)
+		l.SetUnlinkOnClose(false)
 		l.Close()
 	}
 	listen(filepath.Join(dir, "a.sock"))

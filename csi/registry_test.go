@@ -84,7 +84,8 @@ func startPlugin(t *testing.T, root, name string, nodeInfo *csipb.NodeGetInfoRes
 	return p
 }
 
-func (p *fakePlugin) serve(t *testing.T, s *grpc.Server, path string) {
+// listenUnix makes a unix socket at path, creating its directory.
+func listenUnix(t *testing.T, path string) *net.UnixListener {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		t.Fatal(err)
@@ -93,8 +94,14 @@ func (p *fakePlugin) serve(t *testing.T, s *grpc.Server, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l.(*net.UnixListener)
+}
+
+func (p *fakePlugin) serve(t *testing.T, s *grpc.Server, path string) {
+	t.Helper()
+	l := listenUnix(t, path)
 	p.servers = append(p.servers, s)
-	p.listeners = append(p.listeners, l.(*net.UnixListener))
+	p.listeners = append(p.listeners, l)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -117,6 +124,14 @@ func (p *fakePlugin) crash() {
 		l.SetUnlinkOnClose(false)
 	}
 	p.stop()
+}
+
+// wantRegistered waits for the plugin to be told it registered.
+func (p *fakePlugin) wantRegistered(t *testing.T) {
+	t.Helper()
+	if s := p.status(t); !s.PluginRegistered || s.Error != "" {
+		t.Fatalf("status sent to %s = %+v, want registered", p.regSock, s)
+	}
 }
 
 // status waits for the next NotifyRegistrationStatus.
@@ -212,9 +227,7 @@ func TestRegistryRegistersAndDeregistersCSIDriver(t *testing.T) {
 	root, r := startRegistry(t, client)
 	p := startPlugin(t, root, "hostpath.csi.k8s.io", hostpathInfo("node-1"), nil)
 
-	if s := p.status(t); !s.PluginRegistered || s.Error != "" {
-		t.Fatalf("status = %+v, want registered", s)
-	}
+	p.wantRegistered(t)
 	if !r.Registered("hostpath.csi.k8s.io") {
 		t.Fatal("driver not registered after its plugin was told so")
 	}
@@ -303,11 +316,8 @@ func TestRegistryTwoDrivers(t *testing.T) {
 	root, r := startRegistry(t, client)
 	a := startPlugin(t, root, "a.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "id-a"}, nil)
 	b := startPlugin(t, root, "b.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "id-b", MaxVolumesPerNode: 3}, nil)
-	for _, p := range []*fakePlugin{a, b} {
-		if s := p.status(t); !s.PluginRegistered {
-			t.Fatalf("status = %+v", s)
-		}
-	}
+	a.wantRegistered(t)
+	b.wantRegistered(t)
 	drivers := csiNodeDrivers(t, client)
 	if len(drivers) != 2 || drivers["a.csi.k8s.io"].NodeID != "id-a" || drivers["a.csi.k8s.io"].Allocatable != nil ||
 		drivers["b.csi.k8s.io"].NodeID != "id-b" || *drivers["b.csi.k8s.io"].Allocatable.Count != 3 {
@@ -343,9 +353,7 @@ func TestRegistryRetriesFailedRegistration(t *testing.T) {
 	if d := csiNodeDrivers(t, client); len(d) != 0 {
 		t.Errorf("CSINode written for a failed registration: %v", d)
 	}
-	if s := p.status(t); !s.PluginRegistered {
-		t.Fatalf("retry status = %+v", s)
-	}
+	p.wantRegistered(t) // the retry
 	if !r.Registered("slow.csi.k8s.io") {
 		t.Error("not registered after the retry")
 	}
@@ -355,14 +363,10 @@ func TestRegistryReregistersRecreatedSocket(t *testing.T) {
 	client := fakeNodeClient()
 	root, r := startRegistry(t, client)
 	p := startPlugin(t, root, "re.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "old"}, nil)
-	if s := p.status(t); !s.PluginRegistered {
-		t.Fatalf("status = %+v", s)
-	}
+	p.wantRegistered(t)
 	p.stop()
 	p2 := startPlugin(t, root, "re.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "new"}, nil)
-	if s := p2.status(t); !s.PluginRegistered {
-		t.Fatalf("status after restart = %+v", s)
-	}
+	p2.wantRegistered(t)
 	eventually.True(t, "new node ID", func() bool {
 		info, ok := r.Driver("re.csi.k8s.io")
 		return ok && info.NodeID == "new" && csiNodeDrivers(t, client)["re.csi.k8s.io"].NodeID == "new"
@@ -382,9 +386,7 @@ func TestRegistryDeregistersCrashedPlugin(t *testing.T) {
 	client := fakeNodeClient()
 	root, r := startRegistry(t, client)
 	p := startPlugin(t, root, "crash.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "id"}, nil)
-	if s := p.status(t); !s.PluginRegistered {
-		t.Fatalf("status = %+v", s)
-	}
+	p.wantRegistered(t)
 	p.crash()
 	if _, err := os.Lstat(p.regSock); err != nil {
 		t.Fatalf("crashed plugin's socket: %v", err)
@@ -396,9 +398,7 @@ func TestRegistryDeregistersCrashedPlugin(t *testing.T) {
 func TestRegistryStandalone(t *testing.T) {
 	root, r := startRegistry(t, nil)
 	p := startPlugin(t, root, "solo.csi.k8s.io", &csipb.NodeGetInfoResponse{NodeId: "id"}, nil)
-	if s := p.status(t); !s.PluginRegistered {
-		t.Fatalf("status = %+v", s)
-	}
+	p.wantRegistered(t)
 	if _, err := r.NodeClient(context.Background(), "solo.csi.k8s.io"); err != nil {
 		t.Error(err)
 	}

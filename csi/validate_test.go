@@ -1,0 +1,67 @@
+package csi
+
+import (
+	"strings"
+	"testing"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+func TestCheckPluginInfo(t *testing.T) {
+	const sock = "/var/lib/kubelet/plugins_registry/d-reg.sock"
+	const ep = "/var/lib/kubelet/plugins/d/csi.sock"
+	registered := map[string]*utilversion.Version{"old.csi.k8s.io": utilversion.MustParseGeneric("1.5.0")}
+	for _, c := range []struct {
+		name         string
+		info         *registerapi.PluginInfo
+		wantErr      string // substring; "" = accepted
+		wantEndpoint string
+		wantVersion  string
+	}{
+		{name: "CSI plugin", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"1.0.0"}},
+			wantEndpoint: ep, wantVersion: "1.0.0"},
+		{name: "highest 1.x of several", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"0.3.0", "1.2.0", "2.0.0", "v1.10.0"}},
+			wantEndpoint: ep, wantVersion: "1.10.0"},
+		{name: "no endpoint: the registration socket serves CSI", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", SupportedVersions: []string{"1.0.0"}},
+			wantEndpoint: sock, wantVersion: "1.0.0"},
+		{name: "unix URL endpoint", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: "unix://" + ep, SupportedVersions: []string{"1.0.0"}},
+			wantEndpoint: "unix://" + ep, wantVersion: "1.0.0"},
+		{name: "DRA plugin", info: &registerapi.PluginInfo{Type: "DRAPlugin", Name: "gpu", Endpoint: ep, SupportedVersions: []string{"v1beta1.DRAPlugin"}},
+			wantErr: "RegisterPlugin error -- no handler registered for plugin type: DRAPlugin at socket " + sock + " (DRAPlugin plugins are not supported by nodelet, only CSIPlugin)"},
+		{name: "device plugin", info: &registerapi.PluginInfo{Type: "DevicePlugin", Name: "x"},
+			wantErr: "no handler registered for plugin type: DevicePlugin"},
+		{name: "no versions", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep},
+			wantErr: `RegisterPlugin error -- plugin validation failed with err: validation failed for CSI Driver d at endpoint ` + ep + `: kubernetes.io/csi: ValidatePlugin for CSI driver "d" failed. Plugin returned an empty list for supported versions`},
+		{name: "only 0.x", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"0.3.0"}},
+			wantErr: `None of the versions specified ["0.3.0"] are supported. err=highest supported version reported is 0.3.0, must be v1.x`},
+		{name: "only 2.x", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"2.0.0"}},
+			wantErr: `None of the versions specified ["2.0.0"] are supported`},
+		{name: "garbage version", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"one"}},
+			wantErr: `None of the versions specified ["one"] are supported`},
+		{name: "no name", info: &registerapi.PluginInfo{Type: "CSIPlugin", Endpoint: ep, SupportedVersions: []string{"1.0.0"}},
+			wantErr: `ValidatePlugin for CSI driver "" failed. Plugin returned an empty driver name`},
+		{name: "relative endpoint", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: "csi.sock", SupportedVersions: []string{"1.0.0"}},
+			wantErr: `Endpoint "csi.sock" is not the absolute path of a unix socket`},
+		{name: "same name, same version registered", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "old.csi.k8s.io", Endpoint: ep, SupportedVersions: []string{"1.5.0"}},
+			wantErr: `ValidatePlugin for CSI driver "old.csi.k8s.io" failed. Another driver with the same name is already registered with a higher supported version: "1.5.0"`},
+		{name: "same name, higher version replaces", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "old.csi.k8s.io", Endpoint: ep, SupportedVersions: []string{"1.6.0"}},
+			wantEndpoint: ep, wantVersion: "1.6.0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := checkPluginInfo(c.info, sock, registered)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if p.name != c.info.Name || p.endpoint != c.wantEndpoint || p.version.String() != c.wantVersion {
+				t.Errorf("got name %q endpoint %q version %s, want %q %q %s", p.name, p.endpoint, p.version, c.info.Name, c.wantEndpoint, c.wantVersion)
+			}
+		})
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
@@ -241,6 +242,11 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	// Checked once, as upstream: enabling AppArmor needs a reboot anyway.
 	appArmor := procfs.AppArmorEnabled("/sys")
+	// The attachable CSI volumes the volume manager uses, for
+	// node.status.volumesInUse (the attach/detach controller detaches none
+	// listed there); made first, as the volume manager needs the node
+	// controller.
+	csiInUse := volumes.NewCSIInUse(opts.RootDir)
 	nodeCtl, err := node.New(client, heartbeat, node.Config{
 		NodeName: nodeName,
 		Hostname: hostname,
@@ -262,7 +268,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 		return append(reasons, shuttingDown.notReady()...)
 	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
-		node.WithPodCIDRUpdater(cidrs.update), heartbeatReset(credential))
+		node.WithPodCIDRUpdater(cidrs.update), node.WithVolumesInUse(csiInUse.List), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
@@ -334,6 +340,18 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 			}
 			return nil
 		}))
+	}
+	// CSI node plugins register through <root>/plugins_registry; with an API
+	// server, each is published in the Node and its CSINode, and its volumes
+	// are staged and published for pods (attached by the attach/detach
+	// controller, never by nodelet).
+	csiDrivers, err := csi.New(ctx, opts.RootDir, csi.WithKubeClient(client, nodeName))
+	if err != nil {
+		return nil, fmt.Errorf("setting up the CSI plugin registry: %w", err)
+	}
+	volOpts = append(volOpts, volumes.WithCSIInUse(csiInUse))
+	if client != nil {
+		volOpts = append(volOpts, volumes.WithCSI(csiDrivers, volumes.CSIObjectsFromClientset(client), nodeName))
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volOpts...)
 	envSrc := newEnvSources(client, objects)
@@ -582,6 +600,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	add(&rest, "user namespace cleanup", func(ctx context.Context) { usernsMgr.Run(ctx, clk, usernsCleanupPeriod) })
 	add(&rest, "configMap and secret watches", objects.Run)
+	// In the last stage: the sync loop's volume teardowns need the plugins.
+	add(&rest, "CSI plugin registry", func(ctx context.Context) {
+		if err := csiDrivers.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "CSI plugin registry stopped")
+		}
+	})
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
 
 	a.stages = []stage{

@@ -24,7 +24,7 @@ import (
 )
 
 // plegKills is how many containers each mode kills.
-const plegKills = 6
+const plegKills = 10
 
 // TestEventedPLEG (issue 19): containers killed from outside nodelet (SIGKILL of
 // their process) show as terminated in the pod status, with the generic PLEG
@@ -95,8 +95,10 @@ func killLatencies(t *testing.T, evented bool) []time.Duration {
 
 	var lat []time.Duration
 	for i := range plegKills {
-		name := fmt.Sprintf("victim-%d", i)
-		lat = append(lat, killAndWatch(t, ctx, f, ns, name))
+		// Each kill on a quiet node (the last victim's teardown relists too),
+		// at a phase of the relist period a tenth further on than the last.
+		time.Sleep(2*time.Second + time.Duration(i)*time.Second/plegKills)
+		lat = append(lat, killAndWatch(t, ctx, f, ns, fmt.Sprintf("victim-%d", i)))
 	}
 	return lat
 }

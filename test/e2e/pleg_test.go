@@ -100,6 +100,14 @@ func killLatencies(t *testing.T, evented bool) []time.Duration {
 		time.Sleep(2*time.Second + time.Duration(i)*time.Second/plegKills)
 		lat = append(lat, killAndWatch(t, ctx, f, ns, fmt.Sprintf("victim-%d", i)))
 	}
+	if evented {
+		// How much of it is the runtime's event delivery.
+		m := nodeMetrics(t, ctx, f)
+		sum, n := metricValue(m, "kubelet_evented_pleg_connection_latency_seconds_sum"), metricValue(m, "kubelet_evented_pleg_connection_latency_seconds_count")
+		if n > 0 {
+			t.Logf("runtime event → nodelet: mean %.1fms over %v events (kubelet_evented_pleg_connection_latency_seconds)", 1000*sum/n, n)
+		}
+	}
 	return lat
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/eventually"
@@ -36,6 +37,9 @@ type flakySource struct {
 	mu      sync.Mutex
 	refuse  int
 	refused int
+	// replay is sent first on the next stream, as containerd replays the
+	// events of the last five minutes to a new subscriber.
+	replay []*runtimeapi.ContainerEventResponse
 }
 
 func (f *flakySource) GetContainerEvents(ctx context.Context, ch chan *runtimeapi.ContainerEventResponse, opened func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
@@ -49,7 +53,16 @@ func (f *flakySource) GetContainerEvents(ctx context.Context, ch chan *runtimeap
 	if refuse {
 		return status.Error(codes.Unavailable, "connection refused")
 	}
-	return f.src.GetContainerEvents(ctx, ch, opened)
+	f.mu.Lock()
+	replay := f.replay
+	f.replay = nil
+	f.mu.Unlock()
+	return f.src.GetContainerEvents(ctx, ch, func(s runtimeapi.RuntimeService_GetContainerEventsClient) {
+		opened(s)
+		for _, ev := range replay {
+			ch <- ev
+		}
+	})
 }
 
 func (f *flakySource) set(n int) {
@@ -64,12 +77,14 @@ func (f *flakySource) left() int {
 	return f.refuse
 }
 
-func newEventedHarness(t *testing.T, runGeneric bool) *eventedHarness {
+// newEventedHarness starts the Evented PLEG; its first stream begins with
+// replay.
+func newEventedHarness(t *testing.T, runGeneric bool, replay ...*runtimeapi.ContainerEventResponse) *eventedHarness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, WithMetrics(reg))
 	h.pleg.SetRelistPeriod(EventedRelistPeriod, EventedRelistThreshold)
-	src := &flakySource{src: h.cli}
+	src := &flakySource{src: h.cli, replay: replay}
 	e := NewEvented(h.pleg, src, h.clock, WithEventedMetrics(reg))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
@@ -369,5 +384,96 @@ func TestEventedHealthy(t *testing.T) {
 	h.pleg.Relist(context.Background())
 	if err := e.Healthy(); err == nil || err.Error() != "EventedPLEG: pleg event channel capacity is full with 1 events" {
 		t.Errorf("Healthy with a full channel = %v", err)
+	}
+}
+
+// TestEventedReplayedEventsAreDropped: containerd replays the last five
+// minutes of events to a new subscriber. After a reconnection they are older
+// than the catch-up relist, so none is sent again, and a pod gone since is
+// not brought back.
+func TestEventedReplayedEventsAreDropped(t *testing.T) {
+	ctx := context.Background()
+	h := newEventedHarness(t, false)
+	h.waitConnected(t)
+	sentinel := h.runPod("sentinel")
+	h.next(t)
+
+	gone := h.runPod("gone")
+	c := h.createContainer(gone, "gone", "a", 0, true)
+	h.fake.ExitContainer(c, 0, "")
+	if err := h.cli.RemoveContainer(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cli.StopPodSandbox(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cli.RemovePodSandbox(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	live := h.runPod("live")
+	c2 := h.createContainer(live, "live", "b", 0, true)
+	h.expect(t, sentinel, "sentinel",
+		Event{"gone", ContainerStarted, gone}, Event{"gone", ContainerStarted, c}, Event{"gone", ContainerDied, c},
+		Event{"gone", ContainerRemoved, c}, Event{"gone", ContainerDied, gone}, Event{"gone", ContainerRemoved, gone},
+		Event{"live", ContainerStarted, live}, Event{"live", ContainerStarted, c2})
+
+	// What the runtime would replay: every event of those pods, stamped (as
+	// they were) before the relist that follows the new subscription.
+	old := h.clock.Now().Add(-time.Minute)
+	replay := append(oldEvents(h.harness, "gone", gone, c, old), oldEvents(h.harness, "live", live, c2, old)...)
+	h.src.mu.Lock()
+	h.src.replay = replay
+	h.src.mu.Unlock()
+	h.fake.BreakEventStreams(status.Error(codes.Unavailable, "runtime restarting"))
+	h.stepUntil(t, "the replay taken by a new stream", func() bool {
+		h.src.mu.Lock()
+		defer h.src.mu.Unlock()
+		return h.src.replay == nil
+	})
+	eventually.True(t, "the new stream", func() bool { return h.fake.EventSubscribers() > 0 })
+	h.expect(t, sentinel, "sentinel")
+	for _, p := range h.pleg.Pods() {
+		if p.UID == "gone" {
+			t.Error("a replayed event brought the removed pod back")
+		}
+	}
+	if st, _ := h.cache.Get("live"); len(st.Containers) != 1 || st.Containers[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING || st.Containers[0].Id != c2 {
+		t.Errorf("live pod after the replay: %+v", st)
+	}
+}
+
+// oldEvents are the CREATED and STARTED events of a pod's sandbox sb and
+// container c, stamped from at on.
+func oldEvents(h *harness, uid, sb, c string, at time.Time) []*runtimeapi.ContainerEventResponse {
+	var out []*runtimeapi.ContainerEventResponse
+	ts := at.UnixNano()
+	for _, id := range []string{sb, c} {
+		for _, typ := range []runtimeapi.ContainerEventType{evCreated, evStarted} {
+			ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: ts,
+				PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sb, State: sbReady, CreatedAt: at.UnixNano(),
+					Metadata: &runtimeapi.PodSandboxMetadata{Name: "pod-" + uid, Namespace: "ns", Uid: uid}, Labels: h.sandboxConfig(uid, 0).Labels}}
+			if id == c {
+				ev.ContainersStatuses = []*runtimeapi.ContainerStatus{{Id: c, State: cRunning, CreatedAt: at.UnixNano()}}
+			}
+			out = append(out, ev)
+			ts++
+		}
+	}
+	return out
+}
+
+// TestEventedStartupReplayIsDropped: at nodelet's start the runtime replays
+// events of pods gone before it; the catch-up relist runs before the first
+// event is applied, so they are older than what it listed and dropped.
+func TestEventedStartupReplayIsDropped(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // newHarness's start
+	h := newEventedHarness(t, false, oldEvents(&harness{}, "gone", "sb-gone", "c-gone", clk.Now().Add(-time.Minute))...)
+	h.waitConnected(t)
+	sentinel := h.runPod("sentinel")
+	if ev := h.next(t); ev != (Event{"sentinel", ContainerStarted, sentinel}) {
+		t.Fatalf("first event = %v, want the sentinel's start: the replay was sent", ev)
+	}
+	if pods := h.pleg.Pods(); len(pods) != 1 {
+		t.Errorf("Pods() = %d pods, want the sentinel only", len(pods))
 	}
 }

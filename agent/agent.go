@@ -228,7 +228,21 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	queries := newLoopQueries()
 
 	cache := pleg.NewCache(clk)
-	gpleg := pleg.NewGeneric(rt, cache, time.Second, 3*time.Minute, clk, pleg.WithMetrics(reg))
+	gates, err := config.FeatureGates(kc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the feature gates: %w", err)
+	}
+	// With EventedPLEG the relist is the safety net at upstream's longer period;
+	// the evented PLEG shortens it again while the event stream is down.
+	relistPeriod, relistThreshold := pleg.DefaultRelistPeriod, pleg.DefaultRelistThreshold
+	if gates.Enabled("EventedPLEG") {
+		relistPeriod, relistThreshold = pleg.EventedRelistPeriod, pleg.EventedRelistThreshold
+	}
+	gpleg := pleg.NewGeneric(rt, cache, relistPeriod, relistThreshold, clk, pleg.WithMetrics(reg))
+	var epleg *pleg.Evented
+	if gates.Enabled("EventedPLEG") {
+		epleg = pleg.NewEvented(gpleg, rt, clk, pleg.WithEventedMetrics(reg))
+	}
 	health := newRuntimeHealth(rt, clk)
 
 	external, err := externalCloudProvider(opts.CloudProvider)
@@ -265,6 +279,11 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 		if err := gpleg.Healthy(); err != nil {
 			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
+		}
+		if epleg != nil {
+			if err := epleg.Healthy(); err != nil {
+				reasons = append(reasons, "EventedPLEG is not healthy: "+err.Error())
+			}
 		}
 		return append(reasons, shuttingDown.notReady()...)
 	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
@@ -580,6 +599,9 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	add(&rest, "serving certificate", func(ctx context.Context) { serving.Run(ctx, recorder) })
 	add(&rest, "PLEG", gpleg.Start)
+	if epleg != nil {
+		add(&rest, "evented PLEG", epleg.Start)
+	}
 	add(&rest, "runtime health", health.run)
 	if placement != nil {
 		add(&rest, "kubeletCgroups and systemCgroups", placement.run)

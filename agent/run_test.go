@@ -194,7 +194,19 @@ func TestBuildRunStopWithAPIServer(t *testing.T) {
 	}
 }
 
-func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...string) {
+// TestBuildRunStopEventedPLEG is TestBuildRunStop with the EventedPLEG gate:
+// the evented PLEG follows the runtime's event stream and is joined on stop.
+func TestBuildRunStopEventedPLEG(t *testing.T) {
+	rt := buildRunStop(t, func(opts *config.Options) {
+		opts.Config.FeatureGates = map[string]bool{"EventedPLEG": true}
+	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+	if !slices.Contains(rt.Calls(), "GetContainerEvents") {
+		t.Error("nodelet with EventedPLEG did not open the container event stream")
+	}
+}
+
+// buildRunStop returns the fake runtime it ran on.
+func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...string) *fakecri.Runtime {
 	bus := dbustest.Start(t, 30*time.Second)
 	t.Setenv(envSystemBus, bus.Addr())
 	t.Setenv(envLogindDropIn, bus.DropIn)
@@ -287,4 +299,5 @@ func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...
 	if !slices.Equal(closed, wantClosers) {
 		t.Errorf("closers ran as %v, want %v", closed, wantClosers)
 	}
+	return rt
 }

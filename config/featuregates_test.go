@@ -28,8 +28,10 @@ func TestFeatureGates(t *testing.T) {
 			refused: map[string]string{"NodeSwap": "cannot set feature gate NodeSwap to false, feature is locked to true"}},
 		{name: "locked gate at its lock", gates: map[string]bool{"NodeSwap": true, "DynamicResourceAllocation": true},
 			enabled: map[string]bool{"NodeSwap": true}},
-		{name: "alpha feature nodelet lacks", gates: map[string]bool{"EventedPLEG": true},
-			refused: map[string]string{"EventedPLEG": "nodelet does not build EventedPLEG (the evented PLEG"}},
+		{name: "alpha feature nodelet lacks", gates: map[string]bool{"ContainerStopSignals": true},
+			refused: map[string]string{"ContainerStopSignals": "nodelet does not build ContainerStopSignals (container stop signals"}},
+		{name: "EventedPLEG is honoured", gates: map[string]bool{"EventedPLEG": true},
+			enabled: map[string]bool{"EventedPLEG": true}},
 		{name: "turning off a feature nodelet lacks is what it does", gates: map[string]bool{"MemoryQoS": false, "ContainerCheckpoint": false},
 			enabled: map[string]bool{"MemoryQoS": false}},
 		{name: "built feature cannot be turned off", gates: map[string]bool{"ContainerRestartRules": false},
@@ -41,8 +43,8 @@ func TestFeatureGates(t *testing.T) {
 		{name: "AllAlpha off is the default", gates: map[string]bool{"AllAlpha": false}},
 		{name: "AllAlpha on", gates: map[string]bool{"AllAlpha": true}, refused: map[string]string{"AllAlpha": "every alpha feature"}},
 		{name: "deprecated gate warns", gates: map[string]bool{"KMSv1": true}, warn: "Setting deprecated feature gate KMSv1=true"},
-		{name: "every refusal reported", gates: map[string]bool{"Bogus": true, "EventedPLEG": true, "NodeSwap": false},
-			refused: map[string]string{"Bogus": "unrecognized", "EventedPLEG": "does not build", "NodeSwap": "locked"}},
+		{name: "every refusal reported", gates: map[string]bool{"Bogus": true, "ContainerStopSignals": true, "NodeSwap": false},
+			refused: map[string]string{"Bogus": "unrecognized", "ContainerStopSignals": "does not build", "NodeSwap": "locked"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,15 @@ func (c *Cache) Get(uid types.UID) (*PodStatus, error) {
 	return e.status, e.err
 }
 
+// modified returns the cached status of uid with the time it was taken (zero
+// when none is cached).
+func (c *Cache) modified(uid types.UID) (*PodStatus, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.getLocked(uid)
+	return e.status, e.modified
+}
+
 func (c *Cache) newerLocked(uid types.UID, t time.Time) bool {
 	e, ok := c.pods[uid]
 	return (ok && e.modified.After(t)) || c.timestamp.After(t)

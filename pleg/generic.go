@@ -102,8 +102,6 @@ func WithInspectParallelism(n int) Option {
 type Generic struct {
 	rt          Runtime
 	cache       *Cache
-	period      time.Duration
-	threshold   time.Duration
 	clock       clock.Clock
 	capacity    int
 	parallelism int
@@ -115,12 +113,18 @@ type Generic struct {
 	reinspect map[types.UID]bool
 	lastStart time.Time
 
-	mu         sync.Mutex // guards the fields below (read by Healthy/Pods/RelistError)
+	mu sync.Mutex // guards the fields below (read by Healthy/Pods/RelistError)
+	// period and threshold change when the evented PLEG falls back to
+	// relisting and back (SetRelistPeriod).
+	period     time.Duration
+	threshold  time.Duration
 	relistTime time.Time
 	relistErr  error
 	seen       []*podSnapshot
 	// requested are pods RequestReinspect asked for, taken by the next relist.
 	requested map[types.UID]bool
+	// periodChanged wakes Start when SetRelistPeriod shortened the wait.
+	periodChanged chan struct{}
 }
 
 // NewGeneric returns a PLEG relisting rt every relistPeriod, reporting itself
@@ -136,6 +140,7 @@ func NewGeneric(rt Runtime, cache *Cache, relistPeriod, relistThreshold time.Dur
 		rt: rt, cache: cache, period: relistPeriod, threshold: relistThreshold, clock: clk,
 		capacity: DefaultEventCapacity, parallelism: DefaultInspectParallelism,
 		records: map[types.UID]*podSnapshot{}, reinspect: map[types.UID]bool{},
+		periodChanged: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(g)
@@ -153,12 +158,40 @@ func (g *Generic) Watch() <-chan *Event { return g.events }
 func (g *Generic) Start(ctx context.Context) {
 	for {
 		g.Relist(ctx)
-		t := g.clock.NewTimer(g.period)
+		t := g.clock.NewTimer(g.RelistPeriod())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
+		case <-g.periodChanged:
+			// A new period (the evented PLEG fell back): relist now and
+			// wait the new period from here.
+			t.Stop()
+		}
+	}
+}
+
+// RelistPeriod is the current wait between two relists.
+func (g *Generic) RelistPeriod() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.period
+}
+
+// SetRelistPeriod changes the relist period and the health threshold, as
+// upstream's Update does when the evented PLEG falls back to relisting (and,
+// here, when it recovers). A running Start relists at once and then waits
+// the new period.
+func (g *Generic) SetRelistPeriod(period, threshold time.Duration) {
+	g.mu.Lock()
+	changed := g.period != period
+	g.period, g.threshold = period, threshold
+	g.mu.Unlock()
+	if changed {
+		select {
+		case g.periodChanged <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -166,7 +199,7 @@ func (g *Generic) Start(ctx context.Context) {
 // Healthy returns an error when no relist succeeded within the threshold.
 func (g *Generic) Healthy() error {
 	g.mu.Lock()
-	last := g.relistTime
+	last, threshold := g.relistTime, g.threshold
 	g.mu.Unlock()
 	if last.IsZero() {
 		return errors.New("pleg has yet to be successful")
@@ -175,8 +208,8 @@ func (g *Generic) Healthy() error {
 		g.metrics.lastSeen.Set(float64(last.Unix()))
 	}
 	elapsed := g.clock.Since(last)
-	if elapsed > g.threshold {
-		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, g.threshold)
+	if elapsed > threshold {
+		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, threshold)
 	}
 	return nil
 }
@@ -207,6 +240,9 @@ type podSnapshot struct {
 	containers      []*runtimeapi.Container
 	states          map[string]plegState // by sandbox/container ID
 	order           []string             // IDs in listing order, sandboxes first
+	// asOf is when the states were known: the start of the relist that
+	// listed them, or the time of the last runtime event applied to them.
+	asOf time.Time
 }
 
 type plegState int
@@ -404,6 +440,9 @@ func (g *Generic) Relist(ctx context.Context) {
 	}
 
 	current := group(sandboxes, containers)
+	for _, p := range current {
+		p.asOf = start
+	}
 	if g.metrics != nil {
 		g.metrics.setRunning(current)
 	}
@@ -480,21 +519,85 @@ func (g *Generic) Relist(ctx context.Context) {
 		if failed[uid] {
 			continue
 		}
-		for _, ev := range eventsByPod[uid] {
-			if ev.Type == ContainerChanged {
-				continue
-			}
-			select {
-			case g.events <- ev:
-			default:
-				if g.metrics != nil {
-					g.metrics.discard.Inc()
-				}
-				klog.ErrorS(nil, "PLEG event channel is full, discarding event", "podUID", ev.PodUID, "type", ev.Type, "id", ev.Data)
-			}
-		}
+		g.send(eventsByPod[uid])
 	}
 	g.cache.UpdateTime(start)
+}
+
+// send puts events on the channel, counting and logging those a full channel
+// discards; ContainerChanged is never sent.
+func (g *Generic) send(evs []*Event) {
+	for _, ev := range evs {
+		if ev.Type == ContainerChanged {
+			continue
+		}
+		select {
+		case g.events <- ev:
+		default:
+			if g.metrics != nil {
+				g.metrics.discard.Inc()
+			}
+			klog.ErrorS(nil, "PLEG event channel is full, discarding event", "podUID", ev.PodUID, "type", ev.Type, "id", ev.Data)
+		}
+	}
+}
+
+// eventOutcome is what applyEvent did with a runtime event.
+type eventOutcome int
+
+const (
+	eventApplied    eventOutcome = iota
+	eventDropped                 // stale, or not about a pod of ours
+	eventUnknownPod              // no sandbox status: only a relist can tell what changed
+)
+
+// applyEvent applies one runtime event (see decideEvent) to the cache and the
+// records the relist diffs against, then sends its lifecycle events. It is
+// serialized with Relist, so the two never interleave their updates of one
+// pod.
+func (g *Generic) applyEvent(ev *runtimeapi.ContainerEventResponse) eventOutcome {
+	pod, kind := eventPod(ev)
+	switch kind {
+	case eventNotOurs:
+		return eventDropped
+	case eventNoSandbox:
+		return eventUnknownPod
+	}
+	g.relistMu.Lock()
+	defer g.relistMu.Unlock()
+	g.mu.Lock()
+	listedAt := g.relistTime
+	g.mu.Unlock()
+	cached, cachedAt := g.cache.modified(pod.uid)
+	rec, known := g.records[pod.uid]
+	d := decideEvent(ev, pod, cached, cachedAt, rec, listedAt)
+	if d.drop != "" {
+		klog.V(4).InfoS("Evented PLEG: dropping event", "reason", d.drop, "podUID", pod.uid, "containerID", ev.GetContainerId(), "type", ev.GetContainerEventType())
+		return eventDropped
+	}
+	if d.status != nil {
+		// Set before Delete: it wakes the pod's waiters with the final state.
+		g.cache.Set(pod.uid, d.status, nil, d.at)
+	}
+	if d.forget {
+		g.cache.Delete(pod.uid)
+		delete(g.records, pod.uid)
+	} else {
+		g.records[pod.uid] = d.record
+	}
+	if d.forget == known {
+		// The pod appeared or left: Pods() follows the records.
+		seen := make([]*podSnapshot, 0, len(g.records))
+		for _, p := range g.records {
+			seen = append(seen, p)
+		}
+		slices.SortFunc(seen, func(a, b *podSnapshot) int { return cmp.Compare(a.uid, b.uid) })
+		g.mu.Lock()
+		g.seen = seen
+		g.mu.Unlock()
+	}
+	g.send(d.events)
+	return eventApplied
 }
 
 // inspectAll inspects pods with at most g.parallelism at once and stores each
@@ -549,16 +652,23 @@ func (g *Generic) inspect(ctx context.Context, p *podSnapshot) (*PodStatus, erro
 		}
 		st.Containers = append(st.Containers, resp.GetStatus())
 	}
-	slices.SortStableFunc(st.Sandboxes, func(a, b *runtimeapi.PodSandboxStatus) int { return cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()) })
-	slices.SortStableFunc(st.Containers, func(a, b *runtimeapi.ContainerStatus) int { return cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()) })
-	st.IPs = g.podIPs(p.uid, st)
+	old, _ := g.cache.Get(p.uid)
+	finishStatus(st, old.IPs)
 	return st, nil
 }
 
+// finishStatus sorts st's sandboxes and containers newest first and sets its
+// IPs (see podIPs).
+func finishStatus(st *PodStatus, oldIPs []string) {
+	slices.SortStableFunc(st.Sandboxes, func(a, b *runtimeapi.PodSandboxStatus) int { return cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()) })
+	slices.SortStableFunc(st.Containers, func(a, b *runtimeapi.ContainerStatus) int { return cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()) })
+	st.IPs = podIPs(st, oldIPs)
+}
+
 // podIPs takes the newest sandbox's IPs when it is ready; a pod with no ready
-// sandbox keeps the IPs last cached, as upstream does, so a finished pod keeps
-// reporting the IP it ran with.
-func (g *Generic) podIPs(uid types.UID, st *PodStatus) []string {
+// sandbox keeps the IPs last cached (oldIPs), as upstream does, so a finished
+// pod keeps reporting the IP it ran with.
+func podIPs(st *PodStatus, oldIPs []string) []string {
 	var ips []string
 	if len(st.Sandboxes) > 0 && st.Sandboxes[0].GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
 		n := st.Sandboxes[0].GetNetwork()
@@ -579,6 +689,5 @@ func (g *Generic) podIPs(uid types.UID, st *PodStatus) []string {
 			return nil
 		}
 	}
-	old, _ := g.cache.Get(uid)
-	return old.IPs
+	return oldIPs
 }

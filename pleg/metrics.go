@@ -84,3 +84,34 @@ func (m *plegMetrics) setRunning(pods map[types.UID]*podSnapshot) {
 		m.runningContainers.WithLabelValues(state).Set(float64(n))
 	}
 }
+
+// eventedMetrics are upstream's kubelet_evented_pleg_* series.
+type eventedMetrics struct {
+	connErr     prometheus.Counter
+	connSuccess prometheus.Counter
+	latency     prometheus.Histogram
+}
+
+func newEventedMetrics(reg prometheus.Registerer) (*eventedMetrics, error) {
+	m := &eventedMetrics{
+		connErr: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "evented_pleg_connection_error_count",
+			Help: "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+		}),
+		connSuccess: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "evented_pleg_connection_success_count",
+			Help: "The number of times a streaming client was obtained to receive CRI Events.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubelet", Name: "evented_pleg_connection_latency_seconds",
+			Help:    "The latency of streaming connection with the CRI runtime, measured in seconds.",
+			Buckets: prometheus.DefBuckets,
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.connErr, m.connSuccess, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -67,7 +67,9 @@ type Runtime struct {
 	injected    map[string][]error
 	delays      map[string]time.Duration
 	execFn      func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
-	subscribers map[chan *runtimeapi.ContainerEventResponse]struct{}
+	// subscribers are the open GetContainerEvents streams, each with the
+	// channel that ends it (BreakEventStreams).
+	subscribers map[chan *runtimeapi.ContainerEventResponse]chan error
 	nextIP      int
 	lastTime    int64
 	podCIDR     string
@@ -131,7 +133,7 @@ func New(t testing.TB) *Runtime {
 		names:       map[string]string{},
 		injected:    map[string][]error{},
 		delays:      map[string]time.Duration{},
-		subscribers: map[chan *runtimeapi.ContainerEventResponse]struct{}{},
+		subscribers: map[chan *runtimeapi.ContainerEventResponse]chan error{},
 	}
 	sock := filepath.Join(dir, "cri.sock")
 	lis, err := net.Listen("unix", sock)
@@ -193,6 +195,19 @@ func (f *Runtime) EventSubscribers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.subscribers)
+}
+
+// BreakEventStreams ends every open GetContainerEvents stream with err, as a
+// runtime restart would.
+func (f *Runtime) BreakEventStreams(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, end := range f.subscribers {
+		select {
+		case end <- err:
+		default:
+		}
+	}
 }
 
 // ResetCalls forgets the recorded calls.
@@ -900,8 +915,9 @@ func (f *Runtime) RuntimeConfig(_ context.Context, _ *runtimeapi.RuntimeConfigRe
 
 func (f *Runtime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
 	ch := make(chan *runtimeapi.ContainerEventResponse, 1000)
+	end := make(chan error, 1)
 	f.mu.Lock()
-	f.subscribers[ch] = struct{}{}
+	f.subscribers[ch] = end
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -912,6 +928,8 @@ func (f *Runtime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case err := <-end:
+			return err
 		case ev := <-ch:
 			if err := stream.Send(ev); err != nil {
 				return err

@@ -15,7 +15,8 @@
 #   install deps                     240s
 #   build rig binaries (cached)     1500s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
 #                                         containerd 2, runc 1.4.4; 1042s measured 2026-12-05
-#                                         without runc, helpers building beside it), ~5s cached
+#                                         without runc, helpers building beside it; csi-provisioner
+#                                         and csi-attacher add 193-289s cold), ~5s cached
 #   gofmt                             15s
 #   go vet                           300s
 #   systemd unit                      15s

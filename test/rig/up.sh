@@ -43,8 +43,10 @@ CGROUP_ROOT=${CGROUP_ROOT:-}
 # csrapproving (auto-approves node client CSRs), csrcleaner, bootstrapsigner and tokencleaner.
 # Claims: the persistent-volume binder (static PersistentVolumes), the pvc and pv protection
 # controllers (they remove the finalizers the API server's admission adds, so deletions finish) and
-# the ephemeral-volume controller (the claims of generic ephemeral volumes).
-KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,certificatesigningrequest-signing-controller,certificatesigningrequest-approving-controller,certificatesigningrequest-cleaner-controller,bootstrap-signer-controller,token-cleaner-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ephemeral-volume-controller}
+# the ephemeral-volume controller (the claims of generic ephemeral volumes). CSI volumes: the
+# attach-detach controller (VolumeAttachments for drivers with attachRequired, and the Node's
+# status.volumesAttached the node agent waits for) and the expander (claim resizes).
+KCM_CONTROLLERS=${KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,certificatesigningrequest-signing-controller,certificatesigningrequest-approving-controller,certificatesigningrequest-cleaner-controller,bootstrap-signer-controller,token-cleaner-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ephemeral-volume-controller,persistentvolume-attach-detach-controller,persistentvolume-expander-controller}
 # Lifetime of certificates kcm signs from CSRs. Short, so that a client certificate rotates (at a
 # jittered 70-90% of its lifetime, which starts 5m back: kcm backdates NotBefore by 5m) within an
 # e2e test: 3m gives rotation 0.6-2.2 min after issuance. Below ~2m10s the deadline would fall

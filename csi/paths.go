@@ -77,3 +77,55 @@ func InlineVolumeHandle(podUID types.UID, volumeName string) string {
 	sum := sha256.Sum256([]byte(string(podUID) + volumeName))
 	return "csi-" + hex.EncodeToString(sum[:])
 }
+
+// Block volumes (volumeMode: Block) live under VolumeDevicesDir, as upstream lays them out:
+//
+//	volumeDevices/staging/<specName>           NodeStageVolume's staging_target_path (a directory)
+//	volumeDevices/publish/<specName>/<podUID>  NodePublishVolume's target_path (a file the driver puts the device on)
+//	volumeDevices/<specName>/data/vol_data.json
+//	volumeDevices/<specName>/dev/<podUID>      the publish path bind-mounted (a loop device on it keeps the device open)
+//	pods/<podUID>/volumeDevices/kubernetes.io~csi/<specName>  a link to the publish path, given to the runtime
+//
+// specName is the PV name.
+
+// VolumeDevicesDir is the CSI plugin's directory of block volumes.
+func VolumeDevicesDir(rootDir string) string {
+	return filepath.Join(PluginsDir(rootDir), PluginName, "volumeDevices")
+}
+
+// BlockStagingPath is a block volume's staging_target_path.
+func BlockStagingPath(rootDir, specName string) string {
+	return filepath.Join(VolumeDevicesDir(rootDir), "staging", specName)
+}
+
+// BlockPublishDir holds a block volume's publish paths, one per pod.
+func BlockPublishDir(rootDir, specName string) string {
+	return filepath.Join(VolumeDevicesDir(rootDir), "publish", specName)
+}
+
+// BlockPublishPath is a block volume's target_path for one pod.
+func BlockPublishPath(rootDir, specName string, podUID types.UID) string {
+	return filepath.Join(BlockPublishDir(rootDir, specName), string(podUID))
+}
+
+// BlockVolumeDir holds a block volume's data and global map directories.
+func BlockVolumeDir(rootDir, specName string) string {
+	return filepath.Join(VolumeDevicesDir(rootDir), specName)
+}
+
+// BlockDataDir holds a block volume's vol_data.json.
+func BlockDataDir(rootDir, specName string) string {
+	return filepath.Join(BlockVolumeDir(rootDir, specName), "data")
+}
+
+// BlockGlobalMapPath is the directory where each pod's publish path is
+// bind-mounted, as a file named by the pod's UID.
+func BlockGlobalMapPath(rootDir, specName string) string {
+	return filepath.Join(BlockVolumeDir(rootDir, specName), "dev")
+}
+
+// PodDeviceDir is a pod's directory of CSI block volume links, each named by
+// the volume's specName.
+func PodDeviceDir(rootDir string, podUID types.UID) string {
+	return filepath.Join(rootDir, "pods", string(podUID), "volumeDevices", PodPluginDir)
+}

@@ -121,6 +121,9 @@ type csiVolume struct {
 	// given in volume_context; requiresRepublish: publish on every sync.
 	tokenRequests     []storagev1.TokenRequest
 	requiresRepublish bool
+	// block: a PV of volumeMode Block, mapped (volumeDevices paths, a
+	// block capability, no fsGroup) instead of mounted.
+	block bool
 }
 
 func (c *csiVolume) uniqueName() string { return csi.UniqueVolumeName(c.driver, c.handle) }
@@ -149,6 +152,7 @@ func decideCSI(f *csiFacts) (*csiVolume, error) {
 		out.stageContext = src.VolumeAttributes
 		out.volumeContext = copyMap(src.VolumeAttributes)
 		out.stageSecret, out.publishSecret = src.NodeStageSecretRef, src.NodePublishSecretRef
+		out.block = f.pv.Spec.VolumeMode != nil && *f.pv.Spec.VolumeMode == v1.PersistentVolumeBlock
 	case f.inline != nil:
 		src := f.inline
 		out.driver, out.specName = src.Driver, f.volume
@@ -217,7 +221,7 @@ func decideCSI(f *csiFacts) (*csiVolume, error) {
 	}
 	out.mountGroup = fsGroupOf(f.pod)
 	out.fsGroupChangePolicy = fsGroupChangePolicyOf(f.pod)
-	if csiAppliesFSGroup(out, policy, f.pv) {
+	if !out.block && csiAppliesFSGroup(out, policy, f.pv) {
 		out.fsGroup = out.mountGroup
 	}
 	return out, nil

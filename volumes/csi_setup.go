@@ -157,7 +157,16 @@ func (m *Manager) setUpCSI(ctx context.Context, pod *v1.Pod, vol *v1.Volume, pv 
 	publishPath := csi.PublishPath(m.rootDir, pod.UID, cv.specName)
 	hv := HostVolume{Path: publishPath, ReadOnly: cv.readOnly}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID, "volume", vol.Name, "driver", cv.driver, "volumeHandle", cv.handle)
-	if !cv.requiresRepublish {
+	if cv.block {
+		hv = HostVolume{Path: filepath.Join(csi.PodDeviceDir(m.rootDir, pod.UID), cv.specName), ReadOnly: cv.readOnly, Device: true}
+		mapped, err := blockMapped(csi.BlockGlobalMapPath(m.rootDir, cv.specName), hv.Path, pod.UID)
+		if err != nil {
+			return HostVolume{}, fail("MapVolume.MapPodDevice", err)
+		}
+		if mapped {
+			return hv, nil
+		}
+	} else if !cv.requiresRepublish {
 		mounted, err := mountutil.IsMountPoint(publishPath)
 		if err != nil {
 			return HostVolume{}, fail("MountVolume.SetUp", err)
@@ -208,6 +217,17 @@ func (m *Manager) setUpCSI(ctx context.Context, pod *v1.Pod, vol *v1.Volume, pv 
 	}
 	caps := csiCapsOf(capsResp)
 
+	if cv.block {
+		if err := m.mapCSIBlock(cctx, pod, client, cv, caps, publishContext); err != nil {
+			var se *SetUpError
+			if errors.As(err, &se) {
+				se.Volume = vol.Name
+			}
+			return HostVolume{}, err
+		}
+		logger.V(2).Info("Mapped CSI block volume", "link", hv.Path, "readOnly", cv.readOnly)
+		return hv, nil
+	}
 	var stagingPath string
 	if cv.mode == storagev1.VolumeLifecyclePersistent && caps.stage {
 		stagingPath, err = m.stageCSI(cctx, client, cv, caps, publishContext)

@@ -210,7 +210,11 @@ func (c *CSIInUse) List() []v1.UniqueVolumeName {
 	if err != nil {
 		klog.ErrorS(err, "Listing staged CSI volumes")
 	}
-	for _, d := range append(published, staged...) {
+	mapped, err := blockCSIVolumes(c.rootDir)
+	if err != nil {
+		klog.ErrorS(err, "Listing mapped CSI block volumes")
+	}
+	for _, d := range append(append(published, staged...), mapped...) {
 		if mode := d[volDataMode]; mode != "" && mode != string(storagev1.VolumeLifecyclePersistent) {
 			continue // inline volumes are never attached
 		}

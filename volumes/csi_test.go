@@ -42,6 +42,9 @@ type fakeNode struct {
 	stages     []*csipb.NodeStageVolumeRequest
 	publishes  []*csipb.NodePublishVolumeRequest
 	publishErr error
+	// blockDev: the device a block volume's publish bind-mounts (as a real
+	// block driver puts its device on the target path file).
+	blockDev string
 }
 
 func (f *fakeNode) record(call string) {
@@ -83,6 +86,9 @@ func (f *fakeNode) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolume
 	f.mu.Lock()
 	f.stages = append(f.stages, req)
 	f.mu.Unlock()
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csipb.NodeStageVolumeResponse{}, nil // attached: nothing to mount
+	}
 	if err := unix.Mount("tmpfs", req.StagingTargetPath, "tmpfs", 0, ""); err != nil {
 		return nil, status.Errorf(codes.Internal, "mount: %v", err)
 	}
@@ -97,6 +103,20 @@ func (f *fakeNode) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVo
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
 
+// publishBlock bind-mounts blockDev onto a file at the target path.
+func (f *fakeNode) publishBlock(req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	if ok, _ := mountutil.IsMountPoint(req.TargetPath); ok {
+		return &csipb.NodePublishVolumeResponse{}, nil
+	}
+	if err := os.WriteFile(req.TargetPath, nil, 0o640); err != nil {
+		return nil, status.Errorf(codes.Internal, "create: %v", err)
+	}
+	if err := unix.Mount(f.blockDev, req.TargetPath, "", unix.MS_BIND, ""); err != nil {
+		return nil, status.Errorf(codes.Internal, "mount: %v", err)
+	}
+	return &csipb.NodePublishVolumeResponse{}, nil
+}
+
 func (f *fakeNode) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest, _ ...grpc.CallOption) (*csipb.NodePublishVolumeResponse, error) {
 	f.record("NodePublishVolume")
 	f.mu.Lock()
@@ -105,6 +125,9 @@ func (f *fakeNode) NodePublishVolume(_ context.Context, req *csipb.NodePublishVo
 	f.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return f.publishBlock(req)
 	}
 	if err := os.MkdirAll(req.TargetPath, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "mkdir: %v", err)
@@ -346,6 +369,27 @@ func TestDecideCSI(t *testing.T) {
 					attachRequired: true, fsGroup: gid, mountGroup: gid, fsGroupChangePolicy: v1.FSGroupChangeOnRootMismatch}
 				if !reflect.DeepEqual(c, want) {
 					t.Errorf("got %+v\nwant %+v", c, want)
+				}
+			}},
+		{name: "block PV: mapped, never an fsGroup change",
+			pv: func() *v1.PersistentVolume {
+				pv := csiPV("pv1", "c1", "h1")
+				pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
+				return pv
+			}(), driver: csiDriverObject(true, storagev1.FileFSGroupPolicy),
+			check: func(t *testing.T, c *csiVolume) {
+				if !c.block || c.fsGroup != nil {
+					t.Errorf("block %v fsGroup %v", c.block, c.fsGroup)
+				}
+				capability := csiBlockCapability(c, csiCaps{})
+				if capability.GetBlock() == nil || capability.GetMount() != nil || capability.GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
+					t.Errorf("capability %v; want block, SINGLE_NODE_WRITER", capability)
+				}
+			}},
+		{name: "filesystem PV is not block", pv: csiPV("pv1", "c1", "h1"),
+			check: func(t *testing.T, c *csiVolume) {
+				if c.block {
+					t.Error("block")
 				}
 			}},
 		{name: "attachRequired false, podInfoOnMount: pod keys in the publish context only",

@@ -46,6 +46,9 @@ type HostVolume struct {
 	// podruntime pulled it and set ImageRef.
 	Image    *v1.ImageVolumeSource
 	ImageRef string
+	// Device: a block volume (a claim of volumeMode Block) for the
+	// containers' volumeDevices; Path is the pod's link to the device.
+	Device bool
 }
 
 // KubeGetter is what the manager needs from the API server. Missing objects
@@ -462,6 +465,10 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 	if err := m.tearDownSubPaths(ctx, podUID); err != nil {
 		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
 	}
+	// Block volumes next: their links, device locks and (CSI) publications.
+	if err := m.tearDownBlock(ctx, podUID); err != nil {
+		return fmt.Errorf("tearing down volumes of pod %s: %w", podUID, err)
+	}
 	// CSI volumes next: their drivers unpublish them (and unstage them when
 	// no other pod has them); what a driver cannot take down stays.
 	if err := m.tearDownCSI(ctx, podUID); err != nil {
@@ -483,6 +490,9 @@ func (m *Manager) TearDownPod(ctx context.Context, podUID types.UID) error {
 // on disk. Errors other than "not there" count as existing, so callers
 // err on the side of not deleting the pod.
 func (m *Manager) PodVolumesExist(podUID types.UID) bool {
+	if _, err := os.Lstat(filepath.Join(m.rootDir, "pods", string(podUID), "volumeDevices")); err == nil || !os.IsNotExist(err) {
+		return true // block volume links, removed by the teardown once unmapped
+	}
 	dir := m.podVolumesDir(podUID)
 	plugins, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {

@@ -198,6 +198,9 @@ type pvMount struct {
 	path     string                   // pvLocal: the directory to bind-mount
 	pv       *v1.PersistentVolume     // pvCSI: decided by decideCSI
 	readOnly bool
+	// block: volumeMode Block, mapped for volumeDevices (local: path is
+	// the block device) instead of mounted.
+	block bool
 }
 
 // claimFacts is what decideClaim judges: the pod's volume, how its
@@ -275,14 +278,14 @@ func decideClaim(f *claimFacts) (pvMount, error) {
 	if f.usedAsDev && mode != v1.PersistentVolumeBlock {
 		return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("volume %s has volumeMode %s, but is specified in volumeDevices", f.volume, mode)}
 	}
-	if mode == v1.PersistentVolumeBlock {
-		return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("volume %s: PersistentVolume %s has volumeMode Block, which this node agent cannot map into containers yet", f.volume, pvName)}
-	}
 	// Read-only comes from the pod's volume alone, as upstream: a PV granting
 	// only ReadOnlyMany is still mounted writable (access modes are for the
 	// binder and the attach, not the mount).
-	out := pvMount{pvName: pvName, readOnly: f.claim.readOnly}
+	out := pvMount{pvName: pvName, readOnly: f.claim.readOnly, block: mode == v1.PersistentVolumeBlock}
 	switch src := &pv.Spec.PersistentVolumeSource; {
+	case src.HostPath != nil && out.block:
+		return pvMount{}, &ClaimError{Volume: f.volume, Err: fmt.Errorf("error processing PVC %s/%s: PersistentVolume %s of type hostPath has volumeMode Block, which this node agent cannot map (it maps local and CSI volumes)",
+			f.pod.Namespace, f.claim.name, pvName)}
 	case src.HostPath != nil:
 		out.kind, out.hostPath = pvHostPath, src.HostPath
 		return out, nil
@@ -389,9 +392,13 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, c
 		}
 		return HostVolume{Path: pm.hostPath.Path, ReadOnly: pm.readOnly}, nil
 	case pvLocal:
-		hv, err := m.setUpLocal(ctx, pod, pm)
+		setUp, op := m.setUpLocal, ""
+		if pm.block {
+			setUp, op = m.setUpLocalBlock, "MapVolume.MapPodDevice"
+		}
+		hv, err := setUp(ctx, pod, pm)
 		if err != nil {
-			return HostVolume{}, &SetUpError{Volume: vol.Name, Spec: pm.pvName, Err: err}
+			return HostVolume{}, &SetUpError{Volume: vol.Name, Spec: pm.pvName, Op: op, Err: err}
 		}
 		return hv, nil
 	case pvCSI:

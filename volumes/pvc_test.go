@@ -148,6 +148,7 @@ func TestDecideClaim(t *testing.T) {
 		claimErr  string // a ClaimError with this message
 		setUpErr  string // a SetUpError with this message
 		noPVCRead bool
+		csi       bool
 	}{
 		{name: "bound hostPath", claim: claimRef{name: "c1"}, pvc: boundPVC("c1", "pv1"), pv: hostPathPV("pv1", "c1", "/srv/a", v1.HostPathDirectoryOrCreate),
 			want: pvMount{pvName: "pv1", kind: pvHostPath, hostPath: &v1.HostPathVolumeSource{Path: "/srv/a", Type: ptr.To(v1.HostPathDirectoryOrCreate)}}},
@@ -195,6 +196,24 @@ func TestDecideClaim(t *testing.T) {
 		{name: "block volume in volumeMounts", claim: claimRef{name: "c1"}, pvc: boundPVC("c1", "pv1"),
 			pv:       with(localPV("pv1", "c1", "/a", "node1"), func(pv *v1.PersistentVolume) { pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
 			claimErr: `volume data has volumeMode Block, but is specified in volumeMounts`},
+		{name: "block local volume in volumeDevices is mapped", claim: claimRef{name: "c1"}, dev: true, pvc: boundPVC("c1", "pv1"),
+			pv:   with(localPV("pv1", "c1", "/dev/sdb", "node1"), func(pv *v1.PersistentVolume) { pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
+			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/dev/sdb", block: true}},
+		{name: "block local volume read-only", claim: claimRef{name: "c1", readOnly: true}, dev: true, pvc: boundPVC("c1", "pv1"),
+			pv:   with(localPV("pv1", "c1", "/dev/sdb", "node1"), func(pv *v1.PersistentVolume) { pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
+			want: pvMount{pvName: "pv1", kind: pvLocal, path: "/dev/sdb", block: true, readOnly: true}},
+		{name: "block local volume of another node", claim: claimRef{name: "c1"}, dev: true, pvc: boundPVC("c1", "pv1"),
+			pv:       with(localPV("pv1", "c1", "/dev/sdb", "node2"), func(pv *v1.PersistentVolume) { pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
+			setUpErr: `MountVolume.NodeAffinity check failed for volume "pv1" : no matching NodeSelectorTerms`},
+		{name: "block csi volume in volumeDevices is mapped", claim: claimRef{name: "c1"}, dev: true, csi: true, pvc: boundPVC("c1", "pv1"),
+			pv: with(localPV("pv1", "c1", "/a", "node1"), func(pv *v1.PersistentVolume) {
+				pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
+				pv.Spec.Local, pv.Spec.CSI = nil, &v1.CSIPersistentVolumeSource{Driver: "hostpath.csi.k8s.io", VolumeHandle: "h"}
+			}),
+			want: pvMount{pvName: "pv1", kind: pvCSI, block: true}},
+		{name: "block hostPath volume is refused, named", claim: claimRef{name: "c1"}, dev: true, pvc: boundPVC("c1", "pv1"),
+			pv:       with(hostPathPV("pv1", "c1", "/dev/sdb", v1.HostPathUnset), func(pv *v1.PersistentVolume) { pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
+			claimErr: `error processing PVC ns1/c1: PersistentVolume pv1 of type hostPath has volumeMode Block, which this node agent cannot map (it maps local and CSI volumes)`},
 		{name: "filesystem volume in volumeDevices", claim: claimRef{name: "c1"}, dev: true, pvc: boundPVC("c1", "pv1"), pv: localPV("pv1", "c1", "/a", "node1"),
 			claimErr: `volume data has volumeMode Filesystem, but is specified in volumeDevices`},
 		{name: "ephemeral owned by the pod", claim: claimRef{name: "web-data", ephemeral: true}, pvc: owned(boundPVC("web-data", "pv1")),
@@ -208,7 +227,7 @@ func TestDecideClaim(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &claimFacts{pod: pod, volume: "data", claim: tc.claim, usedAsDir: !tc.dev, usedAsDev: tc.dev,
+			f := &claimFacts{pod: pod, volume: "data", claim: tc.claim, usedAsDir: !tc.dev, usedAsDev: tc.dev, csi: tc.csi,
 				pvc: tc.pvc, pvcErr: tc.pvcErr, pv: tc.pv, nodeLabels: thisNode}
 			if tc.pv == nil && tc.pvc != nil {
 				f.pvErr = apierrors.NewNotFound(v1.Resource("persistentvolumes"), tc.pvc.Spec.VolumeName)
@@ -229,7 +248,7 @@ func TestDecideClaim(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got.pvName != tc.want.pvName || got.kind != tc.want.kind || got.path != tc.want.path || got.readOnly != tc.want.readOnly ||
+				if got.pvName != tc.want.pvName || got.kind != tc.want.kind || got.path != tc.want.path || got.readOnly != tc.want.readOnly || got.block != tc.want.block ||
 					(tc.want.hostPath != nil && (got.hostPath == nil || *got.hostPath.Type != *tc.want.hostPath.Type || got.hostPath.Path != tc.want.hostPath.Path)) {
 					t.Errorf("decided %+v, want %+v", got, tc.want)
 				}

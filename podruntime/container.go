@@ -86,6 +86,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
 	}
+	devices, err := blockDevices(c, vols)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing devices of container %s: %w", c.Name, err)
+	}
 	linux, err := m.linuxContainerConfig(pod, c, sbCfg, targetID, user)
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
@@ -99,6 +104,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		WorkingDir: c.WorkingDir,
 		Envs:       envs,
 		Mounts:     mounts,
+		Devices:    devices,
 		LogPath:    filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
 		Stdin:      c.Stdin,
 		StdinOnce:  c.StdinOnce,

@@ -40,6 +40,9 @@ type volume struct {
 	Name          string          `json:"name"`
 	CapacityBytes int64           `json:"capacityBytes"`
 	Nodes         map[string]bool `json:"nodes,omitempty"`
+	// Block: a block volume, a file of CapacityBytes (blockImage) that the
+	// node attaches a loop device to.
+	Block bool `json:"block,omitempty"`
 }
 
 // driver serves the three CSI services. mu guards vols and serializes the node's mount
@@ -181,15 +184,37 @@ func volumeIDFor(name string) string {
 	return "h-" + hex.EncodeToString(sum[:16])
 }
 
-// checkCapabilities refuses what the driver cannot do: block volumes.
-func checkCapabilities(caps []*csi.VolumeCapability) error {
+// checkCapabilities refuses what the driver cannot do: no access type, or
+// mount and block together. block: the capabilities ask for a block volume.
+func checkCapabilities(caps []*csi.VolumeCapability) (block bool, err error) {
 	if len(caps) == 0 {
-		return status.Error(codes.InvalidArgument, "volume_capabilities missing")
+		return false, status.Error(codes.InvalidArgument, "volume_capabilities missing")
 	}
+	var mount bool
 	for _, c := range caps {
-		if c.GetMount() == nil {
-			return status.Error(codes.InvalidArgument, "only the mount access type is supported")
+		switch {
+		case c.GetMount() != nil:
+			mount = true
+		case c.GetBlock() != nil:
+			block = true
+		default:
+			return false, status.Error(codes.InvalidArgument, "volume capability without an access type")
 		}
+	}
+	if mount && block {
+		return false, status.Error(codes.InvalidArgument, "mount and block access types in one request")
+	}
+	return block, nil
+}
+
+// checkAccessType refuses a capability whose access type is not the volume's.
+func checkAccessType(v *volume, c *csi.VolumeCapability) error {
+	block, err := checkCapabilities([]*csi.VolumeCapability{c})
+	if err != nil {
+		return err
+	}
+	if block != v.Block {
+		return status.Errorf(codes.InvalidArgument, "volume %s is a block volume: %v, but the capability asks block: %v", v.ID, v.Block, block)
 	}
 	return nil
 }
@@ -198,7 +223,8 @@ func (d *driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name missing")
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	block, err := checkCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
 		return nil, err
 	}
 	if req.GetVolumeContentSource() != nil {
@@ -215,16 +241,20 @@ func (d *driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if v, ok := d.vols[id]; ok {
-		if v.Name != req.GetName() || v.CapacityBytes < req.GetCapacityRange().GetRequiredBytes() ||
+		if v.Name != req.GetName() || v.Block != block || v.CapacityBytes < req.GetCapacityRange().GetRequiredBytes() ||
 			(req.GetCapacityRange().GetLimitBytes() > 0 && v.CapacityBytes > req.GetCapacityRange().GetLimitBytes()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, incompatible with the request", id, v.CapacityBytes)
 		}
 		return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: v.CapacityBytes}}, nil
 	}
-	if err := os.MkdirAll(filepath.Join(d.volumesDir(), id), 0o777); err != nil {
+	if block {
+		if err := d.createBlockImage(id, capacity); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(filepath.Join(d.volumesDir(), id), 0o777); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating the volume's directory: %v", err)
 	}
-	d.vols[id] = &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity}
+	d.vols[id] = &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity, Block: block}
 	if err := d.saveLocked(); err != nil {
 		return nil, err
 	}
@@ -238,10 +268,15 @@ func (d *driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.vols[id]; !ok {
+	v, ok := d.vols[id]
+	if !ok {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	if kept, err := mountutil.RemoveAll(filepath.Join(d.volumesDir(), id)); err != nil || len(kept) > 0 {
+	if v.Block {
+		if err := d.removeBlockImage(id); err != nil {
+			return nil, err
+		}
+	} else if kept, err := mountutil.RemoveAll(filepath.Join(d.volumesDir(), id)); err != nil || len(kept) > 0 {
 		return nil, status.Errorf(codes.Internal, "removing volume %s: %v (still mounted: %v)", id, err, kept)
 	}
 	delete(d.vols, id)
@@ -255,14 +290,14 @@ func (d *driver) ControllerPublishVolume(_ context.Context, req *csi.ControllerP
 	if req.GetVolumeId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and node_id are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
-		return nil, err
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v, ok := d.vols[req.GetVolumeId()]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+	}
+	if err := checkAccessType(v, req.GetVolumeCapability()); err != nil {
+		return nil, err
 	}
 	if !v.Nodes[req.GetNodeId()] {
 		if v.Nodes == nil {
@@ -302,12 +337,14 @@ func (d *driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 		return nil, status.Error(codes.InvalidArgument, "volume_id missing")
 	}
 	d.mu.Lock()
-	_, ok := d.vols[req.GetVolumeId()]
+	v, ok := d.vols[req.GetVolumeId()]
 	d.mu.Unlock()
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	if block, err := checkCapabilities(req.GetVolumeCapabilities()); err == nil && block != v.Block {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume %s is a block volume: %v", v.ID, v.Block)}, nil
+	} else if err != nil {
 		if status.Code(err) == codes.InvalidArgument && len(req.GetVolumeCapabilities()) > 0 {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 		}
@@ -381,7 +418,7 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if req.GetVolumeId() == "" || req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and staging_target_path are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	if _, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
 		return nil, err
 	}
 	// The attach is checked for real: the node agent must pass the VolumeAttachment's
@@ -398,6 +435,12 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if !v.Nodes[d.cfg.nodeID] {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not published to node %s", v.ID, d.cfg.nodeID)
 	}
+	if err := checkAccessType(v, req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if v.Block {
+		return &csi.NodeStageVolumeResponse{}, d.stageBlock(v)
+	}
 	if err := bindMount(filepath.Join(d.volumesDir(), v.ID), req.GetStagingTargetPath(), false); err != nil {
 		return nil, err
 	}
@@ -410,6 +453,9 @@ func (d *driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if v, ok := d.vols[req.GetVolumeId()]; ok && v.Block {
+		return &csi.NodeUnstageVolumeResponse{}, d.unstageBlock(v)
+	}
 	if err := unmountAndRemove(req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
@@ -429,11 +475,15 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if req.GetVolumeId() == "" || req.GetTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and target_path are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	block, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if block {
+		return &csi.NodePublishVolumeResponse{}, d.publishBlock(req)
+	}
 	var src string
 	if req.GetVolumeContext()[ephemeralKey] == "true" {
 		p, err := d.ephemeralPath(req.GetVolumeId())

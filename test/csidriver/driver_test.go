@@ -71,8 +71,10 @@ func TestControllerIsIdempotent(t *testing.T) {
 	}
 	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{mountCap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 6 << 20}})
 	wantCode(t, "CreateVolume of the same name, larger", err, codes.AlreadyExists)
-	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "blk", VolumeCapabilities: []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}}}})
-	wantCode(t, "CreateVolume of a block volume", err, codes.InvalidArgument)
+	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "blk", VolumeCapabilities: []*csi.VolumeCapability{blockCap, mountCap}})
+	wantCode(t, "CreateVolume of block and mount at once", err, codes.InvalidArgument)
+	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{blockCap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 5 << 20}})
+	wantCode(t, "CreateVolume of the same name, block", err, codes.AlreadyExists)
 	if id := volumeIDFor("a/../b"); id == "a/../b" || filepath.Base(id) != id {
 		t.Errorf("volumeIDFor(a/../b) = %q: not one path element", id)
 	}

@@ -276,12 +276,9 @@ func (m *Manager) tearDownCSIBlock(ctx context.Context, podUID types.UID, specNa
 	if err := unmapBlock(gmp, linkDir, specName, podUID); err != nil {
 		return err
 	}
-	if m.csiDrivers == nil {
-		return fmt.Errorf("%sblockMapper.UnmapPodDevice failed to get CSI client: driver name %s not found in the list of registered CSI drivers", csiLogPrefix, driver)
-	}
-	client, err := m.csiDrivers.NodeClient(ctx, driver)
+	client, err := m.csiNodeClient(ctx, driver, "blockMapper.UnmapPodDevice")
 	if err != nil {
-		return fmt.Errorf("%sblockMapper.UnmapPodDevice failed to get CSI client: %v", csiLogPrefix, err)
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, csiTimeout)
 	defer cancel()

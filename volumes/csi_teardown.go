@@ -64,12 +64,9 @@ func (m *Manager) tearDownCSIVolume(ctx context.Context, podUID types.UID, specN
 	driver, handle := data[volDataDriver], data[volDataHandle]
 	unlock := m.csi.lock(csi.UniqueVolumeName(driver, handle))
 	defer unlock()
-	if m.csiDrivers == nil {
-		return fmt.Errorf("%sUnmounter.TearDownAt failed to get CSI client: driver name %s not found in the list of registered CSI drivers", csiLogPrefix, driver)
-	}
-	client, err := m.csiDrivers.NodeClient(ctx, driver)
+	client, err := m.csiNodeClient(ctx, driver, "Unmounter.TearDownAt")
 	if err != nil {
-		return fmt.Errorf("%sUnmounter.TearDownAt failed to get CSI client: %v", csiLogPrefix, err)
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, csiTimeout)
 	defer cancel()
@@ -89,6 +86,19 @@ func (m *Manager) tearDownCSIVolume(ctx context.Context, podUID types.UID, specN
 		return fmt.Errorf("UnmountDevice failed for volume %q: %w", specName, err)
 	}
 	return nil
+}
+
+// csiNodeClient is the driver's node client for a teardown; the error says
+// which step (upstream's name for it) could not get it.
+func (m *Manager) csiNodeClient(ctx context.Context, driver, step string) (csipb.NodeClient, error) {
+	if m.csiDrivers == nil {
+		return nil, fmt.Errorf("%s%s failed to get CSI client: driver name %s not found in the list of registered CSI drivers", csiLogPrefix, step, driver)
+	}
+	client, err := m.csiDrivers.NodeClient(ctx, driver)
+	if err != nil {
+		return nil, fmt.Errorf("%s%s failed to get CSI client: %v", csiLogPrefix, step, err)
+	}
+	return client, nil
 }
 
 // unstageUnused unstages the volume and removes its staging directory when

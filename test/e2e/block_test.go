@@ -168,11 +168,6 @@ func TestLocalBlockPV(t *testing.T) {
 	ctx := context.Background()
 	ns := f.NewNamespace()
 	n := startNode(t, f, framework.NodeletOptions{})
-	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostname := node.Labels[v1.LabelHostname]
 	img := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(img, make([]byte, 4<<20), 0o600); err != nil {
 		t.Fatal(err)
@@ -186,9 +181,7 @@ func TestLocalBlockPV(t *testing.T) {
 	pvName := ns + "-blk"
 	pv := pvFor(ns, "blk", pvName, v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: dev}})
 	pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
-	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-		MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{hostname}}},
-	}}}}
+	pv.Spec.NodeAffinity = onThisNode(ctx, t, f)
 	createPV(ctx, t, f, pv)
 	createBlockClaim(ctx, t, f, ns, "blk", "")
 	waitClaimBound(ctx, t, ns, "blk", f)

@@ -93,6 +93,22 @@ func waitClaimBound(ctx context.Context, t *testing.T, ns, name string, f *frame
 	}
 }
 
+// onThisNode is a local volume's node affinity to the rig's node (its hostname label).
+func onThisNode(ctx context.Context, t *testing.T, f *framework.Framework) *v1.VolumeNodeAffinity {
+	t.Helper()
+	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostname := node.Labels[v1.LabelHostname]
+	if hostname == "" {
+		t.Fatalf("node %s has no %s label", node.Name, v1.LabelHostname)
+	}
+	return &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{hostname}}},
+	}}}}
+}
+
 // claimPod mounts volume at /data; command runs in busybox.
 func claimPod(f *framework.Framework, ns, name string, vol v1.Volume, restart v1.RestartPolicy, command string) *v1.Pod {
 	p := f.BusyboxPod(ns, name, "sh", "-c", command)
@@ -168,20 +184,10 @@ func TestPVCLocalVolume(t *testing.T) {
 	ctx := context.Background()
 	ns := f.NewNamespace()
 	n := startNode(t, f, framework.NodeletOptions{})
-	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostname := node.Labels[v1.LabelHostname]
-	if hostname == "" {
-		t.Fatalf("node %s has no %s label", node.Name, v1.LabelHostname)
-	}
 	dir := t.TempDir()
 	pvName := ns + "-local"
 	pv := pvFor(ns, "local", pvName, v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: dir}})
-	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-		MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{hostname}}},
-	}}}}
+	pv.Spec.NodeAffinity = onThisNode(ctx, t, f)
 	createPV(ctx, t, f, pv)
 	createClaim(ctx, t, f, ns, "local")
 	waitClaimBound(ctx, t, ns, "local", f)
@@ -221,7 +227,7 @@ func TestPVCLocalVolume(t *testing.T) {
 		p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](gid), FSGroupChangePolicy: ptr.To(v1.FSGroupChangeOnRootMismatch)}
 	})
 	// The writer was force-deleted: its teardown follows the deletion.
-	err = framework.WaitFor(ctx, 30*time.Second, mountPath+" to be unmounted after its pod was deleted", func(context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, 30*time.Second, mountPath+" to be unmounted after its pod was deleted", func(context.Context) (bool, error) {
 		mounted, err := mountutil.IsMountPoint(mountPath)
 		return !mounted, err
 	})

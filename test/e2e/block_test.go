@@ -92,7 +92,7 @@ func waitNoLoop(ctx context.Context, t *testing.T, path string) {
 // a loop device to the file) and published at volumeDevices/publish/<pv>/<pod> (the driver
 // bind-mounts the device there); the pod's volumeDevices link points at the publish path and a
 // loop device holds the publication open; the pod writes and reads the device at /dev/xvda.
-// Deleting the pod unpublishes and unstages the volume, detaches every loop device and
+// A restart of the node agent keeps the mapping and the container. Deleting the pod unpublishes and unstages the volume, detaches every loop device and
 // removes the block volume's directories.
 func TestCSIBlock(t *testing.T) {
 	f := framework.New(t)
@@ -135,6 +135,23 @@ func TestCSIBlock(t *testing.T) {
 	}
 	if !fileStartsWith(t, img, blockToken) {
 		t.Errorf("the pod's write is not in the volume's file %s", img)
+	}
+
+	// A restarted node agent finds the volume mapped: the container runs on, nothing is
+	// mapped twice. (The upstream kubelet stages and publishes again after a restart, which
+	// the driver answers idempotently; those calls are allowed, not required.)
+	n.Restart()
+	f.WaitForNodeReady(ctx, 2*time.Minute)
+	time.Sleep(10 * time.Second) // time for the restarted node agent to sync the pod
+	after := f.WaitForPodReady(ctx, ns, p.Name, time.Minute)
+	if a, b := after.Status.ContainerStatuses[0], p.Status.ContainerStatuses[0]; a.ContainerID != b.ContainerID || a.RestartCount != b.RestartCount {
+		t.Errorf("container changed across the restart: %s/%d → %s/%d", b.ContainerID, b.RestartCount, a.ContainerID, a.RestartCount)
+	}
+	if devs, err := loopdev.Find(mapFile); err != nil || len(devs) != 1 {
+		t.Errorf("after the restart, loop devices holding %s: %v (%v), want one", mapFile, devs, err)
+	}
+	if mps, _ := mountutil.PointsUnder(mapFile); len(mps) != 1 {
+		t.Errorf("after the restart, %d mounts at %s, want 1", len(mps), mapFile)
 	}
 
 	f.DeletePod(ctx, ns, p.Name, ptr.To[int64](0))

@@ -61,18 +61,10 @@ func mapBlock(ctx context.Context, devicePath, globalMapPath, linkDir, name stri
 	if err != nil {
 		return fmt.Errorf("blkUtil.MapDevice failed. devicePath: %s, globalMapPath:%s, podUID: %s, bindMount: true: %w", devicePath, globalMapPath, podUID, err)
 	}
-	if err := os.MkdirAll(linkDir, 0o750); err != nil {
-		return fmt.Errorf("creating %s: %w", linkDir, err)
+	if err := ensureLink(linkDir, name, devicePath); err != nil {
+		return fmt.Errorf("blkUtil.MapDevice failed. devicePath: %s, podVolumeMapPath:%s, volumeMapName: %s, bindMount: false: %w", devicePath, linkDir, name, err)
 	}
 	link := filepath.Join(linkDir, name)
-	if cur, err := os.Readlink(link); err != nil || cur != devicePath {
-		if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("replacing %s: %w", link, err)
-		}
-		if err := os.Symlink(devicePath, link); err != nil {
-			return fmt.Errorf("blkUtil.MapDevice failed. devicePath: %s, podVolumeMapPath:%s, volumeMapName: %s, bindMount: false: %w", devicePath, linkDir, name, err)
-		}
-	}
 	loop, err := loopdev.EnsureAttached(mapFile)
 	if err != nil {
 		return fmt.Errorf("blkUtil.AttachFileDevice failed. globalMapPath:%s, podUID: %s: %w", globalMapPath, podUID, err)
@@ -81,6 +73,21 @@ func mapBlock(ctx context.Context, devicePath, globalMapPath, linkDir, name stri
 		klog.FromContext(ctx).V(2).Info("Mapped block volume", "podUID", podUID, "device", devicePath, "link", link, "loopDevice", loop)
 	}
 	return nil
+}
+
+// ensureLink makes linkDir/name a symlink to target.
+func ensureLink(linkDir, name, target string) error {
+	if err := os.MkdirAll(linkDir, 0o750); err != nil {
+		return fmt.Errorf("creating %s: %w", linkDir, err)
+	}
+	link := filepath.Join(linkDir, name)
+	if cur, err := os.Readlink(link); err == nil && cur == target {
+		return nil
+	}
+	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("replacing %s: %w", link, err)
+	}
+	return os.Symlink(target, link)
 }
 
 // unmapBlock undoes mapBlock: the loop device goes, then the link and the
@@ -146,8 +153,9 @@ func csiBlockCapability(c *csiVolume, caps csiCaps) *csipb.VolumeCapability {
 // mapCSIBlock stages (when the driver has STAGE_UNSTAGE_VOLUME and this
 // process did not stage it yet: NodeStageVolume is idempotent), publishes
 // at the pod's block publish path and maps the result for the pod.
-// vol_data.json is written first, beside the volume's global map path, so
-// a teardown finds the driver whatever the calls left.
+// vol_data.json (beside the volume's global map path) and the pod's link
+// are written first, so a teardown finds the volume and its driver
+// whatever the calls left.
 func (m *Manager) mapCSIBlock(ctx context.Context, pod *v1.Pod, client csipb.NodeClient, cv *csiVolume, caps csiCaps, publishContext map[string]string) error {
 	dataDir := csi.BlockDataDir(m.rootDir, cv.specName)
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
@@ -163,6 +171,13 @@ func (m *Manager) mapCSIBlock(ctx context.Context, pod *v1.Pod, client csipb.Nod
 	if err := writeVolData(dataDir, data); err != nil {
 		return fmt.Errorf("%sfailed to save volume info data: %v", csiLogPrefix, err)
 	}
+	// The pod's link goes first, dangling until the publish: whatever the
+	// calls below leave, the pod's teardown finds the volume by it, and
+	// unpublishes and unstages it.
+	publishPath := csi.BlockPublishPath(m.rootDir, cv.specName, pod.UID)
+	if err := ensureLink(csi.PodDeviceDir(m.rootDir, pod.UID), cv.specName, publishPath); err != nil {
+		return fmt.Errorf("creating the pod's link of block volume %s: %w", cv.specName, err)
+	}
 	var stagingPath string
 	if caps.stage {
 		stagingPath = csi.BlockStagingPath(m.rootDir, cv.specName)
@@ -172,7 +187,6 @@ func (m *Manager) mapCSIBlock(ctx context.Context, pod *v1.Pod, client csipb.Nod
 			}
 		}
 	}
-	publishPath := csi.BlockPublishPath(m.rootDir, cv.specName, pod.UID)
 	if err := os.MkdirAll(filepath.Dir(publishPath), 0o750); err != nil {
 		return &SetUpError{Spec: cv.specName, Op: "MapVolume.MapPodDevice", Err: fmt.Errorf("%sblockMapper.publishVolumeForBlock failed to create dir %s:  %v", csiLogPrefix, filepath.Dir(publishPath), err)}
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -216,5 +219,44 @@ func TestCSIBlockClaim(t *testing.T) {
 	}
 	if inUse := r.m.VolumesInUse(); len(inUse) != 0 {
 		t.Errorf("volumes in use after teardown %v", inUse)
+	}
+}
+
+// TestCSIBlockFailedPublishTornDown: a block volume staged whose publish
+// failed leaves the pod's (dangling) link, by which the pod's teardown
+// still unpublishes and unstages it and removes its directories, so the
+// volume is not reported in use forever.
+func TestCSIBlockFailedPublishTornDown(t *testing.T) {
+	requireRoot(t)
+	r := newCSIRig(t, csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	r.node.publishErr = status.Error(codes.InvalidArgument, "no such device")
+	pv := csiPV("pv1", "c1", "h1")
+	pv.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
+	r.claims.put(boundPVC("c1", "pv1"), pv)
+	r.objs.putVA(attachedVA("h1", map[string]string{"attached": "yes"}))
+	ctx := context.Background()
+	pod := blockClaimPod(false)
+	tearDownOnCleanup(t, r.m, pod.UID)
+
+	got, err := r.m.SetUpPod(ctx, pod)
+	if _, ok := got["data"]; ok || err == nil || !strings.Contains(err.Error(), `MapVolume.MapPodDevice failed for volume "pv1" : kubernetes.io/csi: blockMapper.publishVolumeForBlock failed: `) {
+		t.Fatalf("set up %+v, %v; want the publish's failure", got, err)
+	}
+	if inUse := r.m.VolumesInUse(); len(inUse) != 1 {
+		t.Errorf("volumes in use while set up fails: %v; want the volume", inUse)
+	}
+	if err := r.m.TearDownPod(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if r.node.count("NodeUnpublishVolume") != 1 || r.node.count("NodeUnstageVolume") != 1 {
+		t.Errorf("calls %v; want one unpublish and one unstage", r.node.callList())
+	}
+	for _, p := range []string{csi.BlockVolumeDir(r.root, "pv1"), csi.BlockStagingPath(r.root, "pv1"), csi.BlockPublishDir(r.root, "pv1"), csi.PodDeviceDir(r.root, pod.UID)} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after teardown: %v", p, err)
+		}
+	}
+	if inUse := r.m.VolumesInUse(); len(inUse) != 0 {
+		t.Errorf("volumes in use after teardown: %v", inUse)
 	}
 }

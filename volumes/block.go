@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -16,7 +17,6 @@ import (
 	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/internal/loopdev"
 	"github.com/nodelet/nodelet/internal/mountutil"
-	"golang.org/x/sys/unix"
 )
 
 // Block volumes (claims of volumeMode Block, used in volumeDevices) are

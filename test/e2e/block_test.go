@@ -28,13 +28,17 @@ import (
 const blockToken = "written-to-the-block-device"
 
 // blockPod writes blockToken at the start of the device at /dev/xvda, reads it back, and
-// runs on (Ready) only when both worked.
+// runs on, Ready (its readiness probe) only once both worked.
 func blockPod(f *framework.Framework, ns, name, claim string) *v1.Pod {
 	n := strconv.Itoa(len(blockToken))
 	p := f.BusyboxPod(ns, name, "sh", "-c",
 		"printf "+blockToken+" | dd of=/dev/xvda conv=fsync && test \"$(dd if=/dev/xvda bs=1 count="+n+")\" = "+blockToken+
-			" && trap 'exit 0' TERM && while true; do sleep 1; done")
+			" && touch /tmp/done && trap 'exit 0' TERM && while true; do sleep 1; done")
 	p.Spec.RestartPolicy = v1.RestartPolicyNever
+	p.Spec.Containers[0].ReadinessProbe = &v1.Probe{
+		ProbeHandler:  v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/done"}}},
+		PeriodSeconds: 1, FailureThreshold: 1,
+	}
 	p.Spec.Volumes = []v1.Volume{pvcVolume(claim)}
 	p.Spec.Containers[0].VolumeDevices = []v1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
 	return p
@@ -179,7 +183,8 @@ func TestCSIBlock(t *testing.T) {
 // the test made is mapped straight into the container at /dev/xvda (the pod writes and reads
 // it; the token lands in the loop device's file); the pod's volumeDevices link points at the
 // device, a loop device holds it; deleting the pod removes the link and that loop device, and
-// leaves the test's device alone.
+// leaves the test's device alone. A pod of the claim read-only reads the device and cannot
+// write it.
 func TestLocalBlockPV(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -232,5 +237,23 @@ func TestLocalBlockPV(t *testing.T) {
 	}
 	if devs, _ := loopdev.Find(img); len(devs) != 1 || devs[0] != dev {
 		t.Errorf("the test's own loop device changed: %v, want [%s]", devs, dev)
+	}
+
+	// A read-only claim volume is a read-only device ("r"): it reads the token, cannot write.
+	n2 := strconv.Itoa(len(blockToken))
+	ro := f.BusyboxPod(ns, "blk-ro", "sh", "-c",
+		"test \"$(dd if=/dev/xvda bs=1 count="+n2+")\" = "+blockToken+" && ! echo x | dd of=/dev/xvda conv=fsync")
+	ro.Spec.RestartPolicy = v1.RestartPolicyNever
+	ro.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "blk", ReadOnly: true}}}}
+	ro.Spec.Containers[0].VolumeDevices = []v1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	ro = f.CreatePod(ctx, ro)
+	got := f.WaitForPod(ctx, ns, ro.Name, 2*time.Minute, "to finish", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+	})
+	if got.Status.Phase != v1.PodSucceeded {
+		t.Errorf("the read-only pod could write the device or not read it: %s", framework.DescribePod(got))
+	}
+	if !fileStartsWith(t, img, blockToken) {
+		t.Errorf("the read-only pod changed the device")
 	}
 }

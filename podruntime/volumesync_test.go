@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -152,5 +153,32 @@ func TestUnprocessedClaimEvent(t *testing.T) {
 	}
 	if !slices.Equal(events, want) {
 		t.Errorf("events\n%q\nwant\n%q", events, want)
+	}
+}
+
+// A volume waiting for its attachment brings the pod back in a second, not
+// after the error back-off; a claim that cannot be processed does not.
+func TestUnattachedVolumeRequeuesSoon(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	vols := &countingVolumes{}
+	m := r.managerWith(vols, record.NewFakeRecorder(100))
+	pod := syncPod("attach", v1.RestartPolicyAlways, nil, "app")
+	for _, tc := range []struct {
+		err  *volumes.UnprocessedVolumesError
+		want time.Duration
+	}{
+		{&volumes.UnprocessedVolumesError{Unmounted: []string{"data"}, Unattached: []string{"data"}}, attachRecheck},
+		{&volumes.UnprocessedVolumesError{Unmounted: []string{"data"}, Failed: []string{"data"},
+			Errs: []*volumes.ClaimError{{Volume: "data", Err: errors.New("PVC is not bound")}}}, 0},
+	} {
+		vols.set(errors.Join(tc.err)) // as SetUpPod joins its errors
+		res, err := m.SyncPod(ctx, pod, r.status(pod))
+		if err == nil {
+			t.Fatal("sync with a volume not ready succeeded")
+		}
+		if res.RequeueAfter != tc.want {
+			t.Errorf("%v: RequeueAfter = %v, want %v", tc.err, res.RequeueAfter, tc.want)
+		}
 	}
 }

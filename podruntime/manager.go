@@ -292,8 +292,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	if err != nil {
 		if !volumes.OnlyKeptContent(err) {
 			// Claims that could not be processed get upstream's "Unable to
-			// attach or mount volumes" message; the rest nodelet's own.
-			var setUp []error
+			// attach or mount volumes" message; each other volume its own
+			// event, worded as upstream's operation executor words it
+			// ("MountVolume.SetUp failed for volume ...").
 			for _, e := range joined(err) {
 				var uv *volumes.UnprocessedVolumesError
 				if errors.As(e, &uv) {
@@ -306,10 +307,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 					}
 					continue
 				}
-				setUp = append(setUp, e)
-			}
-			if len(setUp) > 0 {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", errors.Join(setUp...))
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 			}
 			return res, fmt.Errorf("setting up volumes: %w", err)
 		}

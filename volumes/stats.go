@@ -89,6 +89,9 @@ func (m *Manager) MountedVolumes(pod *v1.Pod) []MountedVolume {
 // inlineVolumePath is where an inline volume of the pod lives on the host; ""
 // for volumes that have no directory of nodelet's (hostPath, image).
 func (m *Manager) inlineVolumePath(pod *v1.Pod, vol *v1.Volume) string {
+	if validateVolumeName(vol.Name) != nil {
+		return "" // never set up: a name that would leave the pod's directory
+	}
 	plugin := ""
 	switch src := &vol.VolumeSource; {
 	case src.EmptyDir != nil:

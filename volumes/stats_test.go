@@ -61,6 +61,7 @@ func TestMountedVolumes(t *testing.T) {
 		{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "csi-claim"}}},
 		{Name: "pending", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "unbound"}}},
 		{Name: "unpublished", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d"}}},
+		{Name: "../../../etc", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 	}}}
 	if got := m.MountedVolumes(pod); len(got) != 1 || got[0].Name != "scratch" {
 		t.Fatalf("before any set-up: %+v, want only the emptyDir (by the spec)", got)

@@ -372,6 +372,9 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	volOpts = append(volOpts, volumes.WithCSIInUse(csiInUse))
 	if client != nil {
 		volOpts = append(volOpts, volumes.WithCSI(csiDrivers, volumes.CSIObjectsFromClientset(client), nodeName))
+		// A resized CSI claim is grown on the node (NodeExpandVolume) and its
+		// status finished, as upstream's kubelet does.
+		volOpts = append(volOpts, volumes.WithClaimExpansion(volumes.ClaimStatusWriterFromClientset(client), recorder))
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volOpts...)
 	envSrc := newEnvSources(client, objects)

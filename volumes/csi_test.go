@@ -42,6 +42,8 @@ type fakeNode struct {
 	stages     []*csipb.NodeStageVolumeRequest
 	publishes  []*csipb.NodePublishVolumeRequest
 	publishErr error
+	expands    []*csipb.NodeExpandVolumeRequest // csi_expand_test.go
+	expandErr  error
 }
 
 func (f *fakeNode) record(call string) {

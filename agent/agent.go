@@ -40,6 +40,7 @@ import (
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/procfs"
 	"github.com/nodelet/nodelet/pullrecords"
+	"github.com/nodelet/nodelet/stats"
 	"github.com/nodelet/nodelet/status"
 	"github.com/nodelet/nodelet/syncloop"
 	"github.com/nodelet/nodelet/volumes"
@@ -371,6 +372,9 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	volOpts = append(volOpts, volumes.WithCSIInUse(csiInUse))
 	if client != nil {
 		volOpts = append(volOpts, volumes.WithCSI(csiDrivers, volumes.CSIObjectsFromClientset(client), nodeName))
+		// A resized CSI claim is grown on the node (NodeExpandVolume) and its
+		// status finished, as upstream's kubelet does.
+		volOpts = append(volOpts, volumes.WithClaimExpansion(volumes.ClaimStatusWriterFromClientset(client), recorder))
 	}
 	vols := volumes.NewManager(opts.RootDir, kubeGetter, clk, volOpts...)
 	envSrc := newEnvSources(client, objects)
@@ -510,7 +514,14 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 
 	selfCgroup, _ := os.ReadFile("/proc/self/cgroup")
 	sysContainers := summarySystemContainers(kc.KubeletCgroups, opts.RuntimeCgroups, kc.SystemCgroups, string(selfCgroup), cgroupMode)
-	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, clk)
+	// Pod volume usage, measured every volumeStatsAggPeriod (0: never) for the
+	// Summary, eviction and the kubelet_volume_stats_* metrics.
+	volStats := stats.NewVolumeStatsCache(stats.VolumeStatsConfig{
+		Period: kc.VolumeStatsAggPeriod.Duration, RootDir: opts.RootDir, Pods: loop.ActivePods,
+		Volumes: vols, CSI: csiDrivers, Clock: clk,
+	})
+	reg.MustRegister(volStats)
+	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, volStats, clk)
 	evictions, err := newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()
@@ -629,6 +640,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 	})
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
+	add(&rest, "volume stats", volStats.Run)
 
 	a.stages = []stage{
 		{name: "intake", components: intake},

@@ -4,6 +4,7 @@
 # KubeletConfiguration and flags (the kubelet takes nodelet's command line as is).
 #   bash bench/compare.sh            # needs the rig up: test/rig/up.sh
 #   BENCH_PODS=50 bash bench/compare.sh
+#   BENCH_RUN=TestCSIMount bash bench/compare.sh   # CSI claim pods (10), test driver of the rig
 # Build the upstream kubelet for it with: bash bench/build-kubelet.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,6 @@ declare -A bins=([nodelet]="$REPO/_output/nodelet")
 for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue
 	echo "=== $name (${bins[$name]})"
-	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run TestPodStartup ./bench/ |
+	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run "${BENCH_RUN:-TestPodStartup}" ./bench/ |
 		grep -E '^BENCH|FAIL' | sed "s/^BENCH /$name: /"
 done

@@ -99,7 +99,7 @@ func FieldRules() []FieldRule {
 		w("imageMaximumGCAge", "imagegc.TestImageManagerMaxAgeSurvivesRestart"),
 		w("imageGCHighThresholdPercent", "imagegc.TestBytesToFree"),
 		w("imageGCLowThresholdPercent", "imagegc.TestBytesToFree"),
-		r("volumeStatsAggPeriod", "nodelet measures volume usage when stats are asked for; a cached aggregation period (or 0, which disables volume stats upstream) is not supported"),
+		w("volumeStatsAggPeriod", "stats.TestVolumeStatsCacheRunsEveryPeriod"),
 		w("kubeletCgroups", "agent.TestKubeletAndSystemCgroups"),
 		w("systemCgroups", "agent.TestKubeletAndSystemCgroups"),
 		w("cgroupRoot", "agent.TestCheckCgroupRoot"),

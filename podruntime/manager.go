@@ -227,7 +227,8 @@ func newPullLimiter(qps float64, burst int, clk clock.Clock) flowcontrol.RateLim
 type Result struct {
 	// Waiting holds why containers are not running (back-off, image, config errors).
 	Waiting map[string]podstatus.Waiting
-	// RequeueAfter asks for another sync after a back-off ends; 0 means none.
+	// RequeueAfter asks for another sync after a back-off ends, or soon
+	// while a volume waits for its attachment; 0 means none.
 	RequeueAfter time.Duration
 	// InitFailed means the pod failed for good (init container under restartPolicy Never).
 	InitFailed bool
@@ -291,18 +292,22 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	if err != nil {
 		if !volumes.OnlyKeptContent(err) {
 			// Claims that could not be processed get upstream's "Unable to
-			// attach or mount volumes" message; the rest nodelet's own.
-			var setUp []error
+			// attach or mount volumes" message; each other volume its own
+			// event, worded as upstream's operation executor words it
+			// ("MountVolume.SetUp failed for volume ...").
 			for _, e := range joined(err) {
 				var uv *volumes.UnprocessedVolumesError
 				if errors.As(e, &uv) {
 					m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
+					if len(uv.Unattached) > 0 {
+						// The attach/detach controller usually attaches within
+						// seconds: look again soon, as upstream's mount wait polls,
+						// not after the error back-off.
+						res.RequeueAfter = attachRecheck
+					}
 					continue
 				}
-				setUp = append(setUp, e)
-			}
-			if len(setUp) > 0 {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to set up volumes: %v", errors.Join(setUp...))
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 			}
 			return res, fmt.Errorf("setting up volumes: %w", err)
 		}
@@ -469,6 +474,10 @@ func joined(err error) []error {
 	}
 	return []error{err}
 }
+
+// attachRecheck is how soon a pod whose volume waits for its attachment is
+// synced again.
+const attachRecheck = time.Second
 
 // errCreatePodSandbox and errConfigPodSandbox are upstream's sync errors for a
 // sandbox that could not be created or configured.

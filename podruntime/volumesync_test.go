@@ -5,9 +5,9 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -119,14 +119,14 @@ func TestVolumeRefreshFailure(t *testing.T) {
 		t.Error("a sandbox was created while a volume is missing")
 	}
 	events = drain(rec)
-	if len(events) != 1 || !strings.HasPrefix(events[0], "Warning FailedMount Unable to set up volumes: ") {
-		t.Errorf("events %q; want one FailedMount \"Unable to set up volumes\"", events)
+	if !slices.Equal(events, []string{want}) {
+		t.Errorf("events %q; want one %q", events, want)
 	}
 }
 
 // A claim that could not be processed blocks the pod with upstream's "Unable to
 // attach or mount volumes" FailedMount; another volume's failure in the same
-// sync keeps nodelet's own event beside it.
+// sync gets its own, as upstream's per-volume MountVolume.SetUp event.
 func TestUnprocessedClaimEvent(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
@@ -148,9 +148,36 @@ func TestUnprocessedClaimEvent(t *testing.T) {
 	events := drain(rec)
 	want := []string{
 		`Warning FailedMount Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/data: PVC is not bound`,
-		`Warning FailedMount Unable to set up volumes: MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found`,
+		`Warning FailedMount MountVolume.SetUp failed for volume "cfg" : configmap "cfg" not found`,
 	}
 	if !slices.Equal(events, want) {
 		t.Errorf("events\n%q\nwant\n%q", events, want)
+	}
+}
+
+// A volume waiting for its attachment brings the pod back in a second, not
+// after the error back-off; a claim that cannot be processed does not.
+func TestUnattachedVolumeRequeuesSoon(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	vols := &countingVolumes{}
+	m := r.managerWith(vols, record.NewFakeRecorder(100))
+	pod := syncPod("attach", v1.RestartPolicyAlways, nil, "app")
+	for _, tc := range []struct {
+		err  *volumes.UnprocessedVolumesError
+		want time.Duration
+	}{
+		{&volumes.UnprocessedVolumesError{Unmounted: []string{"data"}, Unattached: []string{"data"}}, attachRecheck},
+		{&volumes.UnprocessedVolumesError{Unmounted: []string{"data"}, Failed: []string{"data"},
+			Errs: []*volumes.ClaimError{{Volume: "data", Err: errors.New("PVC is not bound")}}}, 0},
+	} {
+		vols.set(errors.Join(tc.err)) // as SetUpPod joins its errors
+		res, err := m.SyncPod(ctx, pod, r.status(pod))
+		if err == nil {
+			t.Fatal("sync with a volume not ready succeeded")
+		}
+		if res.RequeueAfter != tc.want {
+			t.Errorf("%v: RequeueAfter = %v, want %v", tc.err, res.RequeueAfter, tc.want)
+		}
 	}
 }

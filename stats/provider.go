@@ -53,6 +53,10 @@ type Config struct {
 	KubeletCgroup, RuntimeCgroup, MiscCgroup string
 	// PodCgroup returns a pod's path in the cgroup filesystem, or "" when unknown.
 	PodCgroup func(pod *v1.Pod) string
+	// VolumeStats, if set, holds the pods' volume stats measured in the
+	// background (volumeStatsAggPeriod); without it each Snapshot walks the
+	// pods' volume directories.
+	VolumeStats *VolumeStatsCache
 }
 
 // Snapshot is one measurement: the Summary and the disk layout facts the Summary
@@ -293,7 +297,11 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		if !a.ready && len(ps.Containers) == 0 {
 			continue // a dead pod uses nothing
 		}
-		ps.VolumeStats = p.volumeStats(uid, rootDev, mt)
+		if p.cfg.VolumeStats != nil {
+			ps.VolumeStats, _ = p.cfg.VolumeStats.PodVolumeStats(uid)
+		} else {
+			ps.VolumeStats = p.volumeStats(uid, rootDev, mt)
+		}
 		ps.Memory = sumMemory(ps.Containers, mt)
 		ps.CPU = sumCPU(ps.Containers, mt)
 		ps.EphemeralStorage = ephemeral(ps, known[uid], p.etcHostsStats(uid, mt), mt)

@@ -273,6 +273,7 @@ func copyMap(in map[string]string) map[string]string {
 // csiCaps is what the node plugin's NodeGetCapabilities said.
 type csiCaps struct {
 	stage, mountGroup, singleNodeMultiWriter bool
+	expand                                   bool // EXPAND_VOLUME: NodeExpandVolume
 }
 
 func csiCapsOf(resp *csipb.NodeGetCapabilitiesResponse) csiCaps {
@@ -285,6 +286,8 @@ func csiCapsOf(resp *csipb.NodeGetCapabilitiesResponse) csiCaps {
 			c.mountGroup = true
 		case csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER:
 			c.singleNodeMultiWriter = true
+		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
+			c.expand = true
 		}
 	}
 	return c

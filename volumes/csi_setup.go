@@ -43,6 +43,8 @@ type csiState struct {
 	inUse map[types.UID]map[string]string
 	// attachable: what the last decision said of each volume.
 	attachable map[string]bool
+	// expand: node expansion state per volume (csi_expand.go).
+	expand map[string]expandState
 }
 
 type refLock struct {
@@ -56,6 +58,7 @@ func newCSIState() *csiState {
 		staged:     map[string]bool{},
 		inUse:      map[types.UID]map[string]string{},
 		attachable: map[string]bool{},
+		expand:     map[string]expandState{},
 	}
 }
 

@@ -42,6 +42,8 @@ type fakeNode struct {
 	stages     []*csipb.NodeStageVolumeRequest
 	publishes  []*csipb.NodePublishVolumeRequest
 	publishErr error
+	expands    []*csipb.NodeExpandVolumeRequest // csi_expand_test.go
+	expandErr  error
 	// blockDev: the device a block volume's publish bind-mounts (as a real
 	// block driver puts its device on the target path file).
 	blockDev string

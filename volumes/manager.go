@@ -17,6 +17,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -140,6 +141,8 @@ type Manager struct {
 	csiObjects      CSIObjects
 	nodeName        string
 	csi             *csiState
+	claimStatus     ClaimStatusWriter
+	recorder        record.EventRecorder
 	// localMu serializes local volume mounts, so two pods mounting one
 	// volume at once agree on which mounted it first (and gets the fsGroup).
 	localMu sync.Mutex

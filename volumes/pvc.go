@@ -402,7 +402,12 @@ func (m *Manager) setUpClaim(ctx context.Context, pod *v1.Pod, vol *v1.Volume, c
 		}
 		return hv, nil
 	case pvCSI:
-		return m.setUpCSI(ctx, pod, vol, pm.pv, pm.readOnly, st)
+		hv, err := m.setUpCSI(ctx, pod, vol, pm.pv, pm.readOnly, st)
+		if err == nil {
+			// A resized claim is grown on the node once mounted (never failing the pod).
+			m.expandCSI(ctx, pod, f.pvc, pm.pv, pm.readOnly)
+		}
+		return hv, err
 	}
 	return HostVolume{}, fmt.Errorf("volume %s: no mount decided", vol.Name)
 }

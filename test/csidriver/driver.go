@@ -130,6 +130,9 @@ func (d *driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if r, ok := req.(interface{ GetVolumePath() string }); ok {
 		c.VolumePath = r.GetVolumePath()
 	}
+	if r, ok := req.(interface{ GetCapacityRange() *csi.CapacityRange }); ok {
+		c.RequiredBytes = r.GetCapacityRange().GetRequiredBytes()
+	}
 	if r, ok := req.(interface{ GetReadonly() bool }); ok {
 		c.ReadOnly = r.GetReadonly()
 	}
@@ -377,6 +380,7 @@ func (d *driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	for _, t := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}
@@ -545,4 +549,33 @@ func (d *driver) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
 		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
 	}}, nil
+}
+
+// NodeExpandVolume grows a provisioned volume to required_bytes: a directory has nothing
+// to grow, so only its recorded size changes (never shrinks); the calls file keeps the
+// size asked for.
+func (d *driver) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if req.GetVolumeId() == "" || req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_path are required")
+	}
+	required := req.GetCapacityRange().GetRequiredBytes()
+	if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 && required > limit {
+		return nil, status.Errorf(codes.OutOfRange, "required %d bytes exceeds the limit %d", required, limit)
+	}
+	if _, err := os.Stat(req.GetVolumePath()); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vols[req.GetVolumeId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+	}
+	if required > v.CapacityBytes {
+		v.CapacityBytes = required
+		if err := d.saveLocked(); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 }

@@ -235,3 +235,48 @@ func TestNodeStagePublish(t *testing.T) {
 		t.Errorf("NodePublishVolume's paths not recorded: %+v", cs)
 	}
 }
+
+func TestNodeExpandVolume(t *testing.T) {
+	d, cc, nc := serve(t)
+	ctx := context.Background()
+	v, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-3", VolumeCapabilities: []*csi.VolumeCapability{mountCap}, CapacityRange: &csi.CapacityRange{RequiredBytes: 5 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, path := v.Volume.VolumeId, t.TempDir()
+	caps, err := nc.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expand bool
+	for _, c := range caps.Capabilities {
+		expand = expand || c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME
+	}
+	if !expand {
+		t.Errorf("NodeGetCapabilities lacks EXPAND_VOLUME: %v", caps)
+	}
+	for range 2 {
+		resp, err := nc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: path, CapacityRange: &csi.CapacityRange{RequiredBytes: 10 << 20}})
+		if err != nil || resp.CapacityBytes != 10<<20 {
+			t.Fatalf("NodeExpandVolume to 10Mi: %v, %v", resp, err)
+		}
+	}
+	// Never shrinks.
+	if resp, err := nc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: path, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}}); err != nil || resp.CapacityBytes != 10<<20 {
+		t.Errorf("NodeExpandVolume to 1Mi: %v, %v; want 10Mi kept", resp, err)
+	}
+	_, err = nc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "none", VolumePath: path})
+	wantCode(t, "NodeExpandVolume of an unknown volume", err, codes.NotFound)
+	_, err = nc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id})
+	wantCode(t, "NodeExpandVolume without volume_path", err, codes.InvalidArgument)
+	cs, err := calls.ReadFile(d.cfg.callsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Count(cs, "NodeExpandVolume", id); got != 3 {
+		t.Errorf("%d successful NodeExpandVolume calls recorded, want 3", got)
+	}
+	if cs[2].Method != "NodeExpandVolume" || cs[2].RequiredBytes != 10<<20 || cs[2].VolumePath != path {
+		t.Errorf("NodeExpandVolume call recorded as %+v", cs[2])
+	}
+}

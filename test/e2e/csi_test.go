@@ -362,8 +362,10 @@ func TestCSIUnregistered(t *testing.T) {
 	p := f.CreatePod(ctx, claimPod(f, ns, "waiter", vol, v1.RestartPolicyAlways, "sleep 3600"))
 	msg := waitForPodEvent(t, f, ns, p.Name, "FailedMount", driver)
 	t.Logf("FailedMount: %s", msg)
-	if !strings.Contains(msg, "not found in the list of registered CSI drivers") {
-		t.Errorf("FailedMount %q does not say the driver is not registered", msg)
+	// Upstream's wording: the SetUp error as it is, with the volume's name.
+	if want := `MountVolume.SetUp failed for volume "scratch" : `; !strings.HasPrefix(msg, want) ||
+		!strings.HasSuffix(msg, "driver name "+driver+" not found in the list of registered CSI drivers") {
+		t.Errorf("FailedMount %q: want %q... ending in that the driver is not in the list of registered CSI drivers", msg, want)
 	}
 	f.WaitForPod(ctx, ns, p.Name, 30*time.Second, "to be Pending in ContainerCreating", func(p *v1.Pod) bool {
 		cs := p.Status.ContainerStatuses

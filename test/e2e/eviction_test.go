@@ -263,6 +263,8 @@ func TestEvictionDiskPressureEvictsTheWriter(t *testing.T) {
 		Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
 			c.EvictionHard = map[string]string{"nodefs.available": "100Mi"}
 			c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: 10 * time.Second}
+			// The ranking reads the writer's emptyDir from the volume stats cache.
+			c.VolumeStatsAggPeriod = metav1.Duration{Duration: 2 * time.Second}
 		},
 	})
 	quiet := sleeperPod(f, ns, "quiet")
@@ -416,7 +418,10 @@ func TestEvictionLocalStorageLimits(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
 	ns := f.NewNamespace()
-	n := startNode(t, f, framework.NodeletOptions{})
+	// The emptyDir check reads the volume stats cache: refreshed every 2s here, not 1m.
+	n := startNode(t, f, framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.VolumeStatsAggPeriod = metav1.Duration{Duration: 2 * time.Second}
+	}})
 
 	limit := func(q string) v1.ResourceRequirements {
 		return v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(q)}}

@@ -15,15 +15,17 @@ import (
 
 // Call is one CSI call the driver served.
 type Call struct {
-	Time          time.Time         `json:"time"`
-	Method        string            `json:"method"` // e.g. NodeStageVolume
-	VolumeID      string            `json:"volumeID,omitempty"`
-	Name          string            `json:"name,omitempty"`
-	NodeID        string            `json:"nodeID,omitempty"`
-	StagingPath   string            `json:"stagingPath,omitempty"`
-	TargetPath    string            `json:"targetPath,omitempty"`
-	VolumePath    string            `json:"volumePath,omitempty"`
-	ReadOnly      bool              `json:"readOnly,omitempty"`
+	Time        time.Time `json:"time"`
+	Method      string    `json:"method"` // e.g. NodeStageVolume
+	VolumeID    string    `json:"volumeID,omitempty"`
+	Name        string    `json:"name,omitempty"`
+	NodeID      string    `json:"nodeID,omitempty"`
+	StagingPath string    `json:"stagingPath,omitempty"`
+	TargetPath  string    `json:"targetPath,omitempty"`
+	VolumePath  string    `json:"volumePath,omitempty"`
+	ReadOnly    bool      `json:"readOnly,omitempty"`
+	// RequiredBytes is capacity_range.required_bytes (CreateVolume, NodeExpandVolume...).
+	RequiredBytes int64             `json:"requiredBytes,omitempty"`
 	VolumeContext map[string]string `json:"volumeContext,omitempty"`
 	Error         string            `json:"error,omitempty"` // "" when the call succeeded
 }

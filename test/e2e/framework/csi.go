@@ -55,7 +55,7 @@ type csiProc struct {
 // csi-provisioner and csi-attacher (built by test/rig/build-bins.sh into RIG_BIN_DIR) against
 // its socket with the rig's admin kubeconfig, and creates the CSIDriver object (attachRequired,
 // podInfoOnMount, Persistent and Ephemeral) and the StorageClass CSIStorageClass
-// (WaitForFirstConsumer: the rig's scheduler selects the node, so pods of its claims must not
+// (allowVolumeExpansion; WaitForFirstConsumer: the rig's scheduler selects the node, so pods of its claims must not
 // set spec.nodeName), and waits until the node agent has registered the driver (the node's
 // CSINode lists it). At cleanup it stops the processes (joined), deletes both objects and
 // removes the driver's PersistentVolumes and VolumeAttachments that are left, finalizers and all
@@ -149,6 +149,8 @@ func (f *Framework) createCSIObjects(ctx context.Context) {
 		ObjectMeta:        metav1.ObjectMeta{Name: CSIStorageClass},
 		Provisioner:       CSIDriverName,
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		// Claims may grow (TestCSIExpand); the test plays the external resizer.
+		AllowVolumeExpansion: ptr.To(true),
 	}, metav1.CreateOptions{})
 	if err != nil {
 		f.T.Fatalf("creating StorageClass %s: %v", CSIStorageClass, err)

@@ -66,6 +66,9 @@ func (m *Manager) MountedVolumes(pod *v1.Pod) []MountedVolume {
 			if !ok {
 				continue // not mounted (yet)
 			}
+			if hv.Device {
+				continue // a block volume: no filesystem to measure (upstream's block metrics are not done)
+			}
 			mv.Claim, mv.Path = c.name, hv.Path
 		} else {
 			mv.Path = m.inlineVolumePath(pod, vol)

@@ -59,6 +59,7 @@ func TestMountedVolumes(t *testing.T) {
 		{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv"}}},
 		{Name: "local", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "local-claim"}}},
 		{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "csi-claim"}}},
+		{Name: "disk", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "block-claim"}}},
 		{Name: "pending", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "unbound"}}},
 		{Name: "unpublished", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d"}}},
 		{Name: "../../../etc", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
@@ -77,6 +78,8 @@ func TestMountedVolumes(t *testing.T) {
 	st := m.state(pod.UID)
 	st.claims["local"] = HostVolume{Path: localPath}
 	st.claims["data"] = HostVolume{Path: csiPath}
+	// A block volume has no filesystem to measure.
+	st.claims["disk"] = HostVolume{Path: filepath.Join(root, "pods/uid/volumeDevices", pluginLocalVolume, "pv-blk"), Device: true}
 
 	want := []MountedVolume{
 		{Name: "scratch", Kind: MetricsDu, Path: filepath.Join(root, "pods/uid/volumes", pluginEmptyDir, "scratch")},

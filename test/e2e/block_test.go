@@ -256,4 +256,9 @@ func TestLocalBlockPV(t *testing.T) {
 	if !fileStartsWith(t, img, blockToken) {
 		t.Errorf("the read-only pod changed the device")
 	}
+	// Torn down before the test ends: a pod left mapped keeps its loop device (and so the
+	// test's device) attached after the node agent stops.
+	f.DeletePod(ctx, ns, ro.Name, ptr.To[int64](0))
+	f.WaitForPodGone(ctx, ns, ro.Name, time.Minute)
+	waitNoLoop(ctx, t, filepath.Join(n.RootDir, "plugins/kubernetes.io~local-volume/volumeDevices", pvName, string(ro.UID)))
 }

@@ -17,6 +17,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/volumes"
 )
 
@@ -244,16 +245,8 @@ func (c *VolumeStatsCache) measureCSI(ctx context.Context, mv volumes.MountedVol
 }
 
 func csiStatsCapsOf(resp *csipb.NodeGetCapabilitiesResponse) csiStatsCaps {
-	var c csiStatsCaps
-	for _, cp := range resp.GetCapabilities() {
-		switch cp.GetRpc().GetType() {
-		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
-			c.stats = true
-		case csipb.NodeServiceCapability_RPC_VOLUME_CONDITION:
-			c.condition = true
-		}
-	}
-	return c
+	n := csi.NodeCapabilitiesOf(resp)
+	return csiStatsCaps{stats: n.GetVolumeStats, condition: n.VolumeCondition}
 }
 
 // csiVolumeStats turns NodeGetVolumeStats' answer into volume stats as

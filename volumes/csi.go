@@ -277,20 +277,8 @@ type csiCaps struct {
 }
 
 func csiCapsOf(resp *csipb.NodeGetCapabilitiesResponse) csiCaps {
-	var c csiCaps
-	for _, cap := range resp.GetCapabilities() {
-		switch cap.GetRpc().GetType() {
-		case csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME:
-			c.stage = true
-		case csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
-			c.mountGroup = true
-		case csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER:
-			c.singleNodeMultiWriter = true
-		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
-			c.expand = true
-		}
-	}
-	return c
+	n := csi.NodeCapabilitiesOf(resp)
+	return csiCaps{stage: n.StageUnstage, mountGroup: n.VolumeMountGroup, singleNodeMultiWriter: n.SingleNodeMultiWriter, expand: n.ExpandVolume}
 }
 
 // csiAccessMode maps a PV access mode to CSI's as upstream: a driver with

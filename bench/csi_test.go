@@ -10,9 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
 )
@@ -36,14 +34,7 @@ func TestCSIMount(t *testing.T) {
 	var ready, bound []time.Duration
 	for i := range count {
 		name := fmt.Sprintf("csi-%d", i)
-		pvc := &v1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1.PersistentVolumeClaimSpec{
-				AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				StorageClassName: ptr.To(framework.CSIStorageClass),
-				Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("5Mi")}},
-			},
-		}
+		pvc := framework.CSIClaim(ns, name, "5Mi")
 		if _, err := f.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -44,15 +43,7 @@ func scheduledPod(ctx context.Context, t *testing.T, f *framework.Framework, pod
 // csiClaim creates a claim of the test driver's StorageClass.
 func csiClaim(ctx context.Context, t *testing.T, f *framework.Framework, ns, name string) {
 	t.Helper()
-	pvc := &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.PersistentVolumeClaimSpec{
-			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			StorageClassName: ptr.To(framework.CSIStorageClass),
-			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("5Mi")}},
-		},
-	}
-	if _, err := f.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	if _, err := f.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, framework.CSIClaim(ns, name, "5Mi"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating PersistentVolumeClaim %s: %v", name, err)
 	}
 }

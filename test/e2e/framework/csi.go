@@ -11,8 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -25,6 +27,18 @@ const CSIDriverName = "csi.nodelet.test"
 
 // CSIStorageClass is the StorageClass StartCSIDriver creates for the test driver.
 const CSIStorageClass = "csi-nodelet-test"
+
+// CSIClaim is a ReadWriteOnce claim of size of the test driver's StorageClass.
+func CSIClaim(ns, name, size string) *v1.PersistentVolumeClaim {
+	return &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			StorageClassName: ptr.To(CSIStorageClass),
+			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+}
 
 // maxUnixSocketPath is the longest path a unix socket can be bound or dialled at
 // (sockaddr_un's 108 bytes with the terminating NUL).

@@ -13,7 +13,7 @@
 # Time budgets per stage, cold run on 2 cores (CI must finish in 90 min). A stage over its
 # budget prints a warning in the summary; measure a cold run before adding a stage.
 #   install deps                     240s
-#   build rig binaries (cached)     1500s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
+#   build rig binaries (cached)     1420s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
 #                                         containerd 2, runc 1.4.4; 1042s measured 2026-12-05
 #                                         without runc, helpers building beside it; csi-provisioner
 #                                         and csi-attacher add 193-289s cold), ~5s cached
@@ -25,11 +25,12 @@
 #                                         317s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
 #   rig up                           240s
-#   e2e tests                       1080s (812s warm on 2026-12-05, 59 tests)
+#   e2e tests                       1200s (812s warm on 2026-12-05, 59 tests; CSI, block, evented
+#                                         PLEG tests add ~200s)
 #   vm test                          480s
 #   NodeConformance slice            480s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm)
-#   total                           5320s (89 min)
+#   total                           5360s (89 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -88,7 +89,7 @@ trap on_exit EXIT
 section "install deps" 240
 bash test/rig/install-deps.sh
 
-section "build rig binaries (cached)" 1500
+section "build rig binaries (cached)" 1420
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
 if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
@@ -131,7 +132,7 @@ RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests" 1080
+section "e2e tests" 1200
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...

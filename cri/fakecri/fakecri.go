@@ -55,18 +55,18 @@ type Runtime struct {
 	endpoint string
 	server   *grpc.Server
 
-	mu          sync.Mutex
-	version     *runtimeapi.VersionResponse
-	conditions  map[string]*runtimeapi.RuntimeCondition
-	sandboxes   map[string]*fakeSandbox
-	containers  map[string]*fakeContainer
-	images      map[string]*runtimeapi.Image      // by image ID
-	private     map[string]*runtimeapi.AuthConfig // repository → the credential it accepts
-	names       map[string]string                 // reserved sandbox/container names → ID
-	calls       []string
-	injected    map[string][]error
-	delays      map[string]time.Duration
-	execFn      func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
+	mu         sync.Mutex
+	version    *runtimeapi.VersionResponse
+	conditions map[string]*runtimeapi.RuntimeCondition
+	sandboxes  map[string]*fakeSandbox
+	containers map[string]*fakeContainer
+	images     map[string]*runtimeapi.Image      // by image ID
+	private    map[string]*runtimeapi.AuthConfig // repository → the credential it accepts
+	names      map[string]string                 // reserved sandbox/container names → ID
+	calls      []string
+	injected   map[string][]error
+	delays     map[string]time.Duration
+	execFn     func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
 	// subscribers are the open GetContainerEvents streams, each with the
 	// channel that ends it (BreakEventStreams).
 	subscribers map[chan *runtimeapi.ContainerEventResponse]chan error

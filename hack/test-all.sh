@@ -25,8 +25,8 @@
 #                                         317s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
 #   rig up                           240s
-#   e2e tests                       1200s (812s warm on 2026-12-05, 59 tests; CSI, block, evented
-#                                         PLEG tests add ~200s)
+#   e2e tests                       1200s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
+#                                         PLEG included)
 #   vm test                          480s
 #   NodeConformance slice            480s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm)

@@ -42,6 +42,10 @@ const deleteGrace = 1
 // subtract the background (leases of the controllers, the scheduler and the node agent).
 const idleWindow = 10 * time.Second
 
+// settle is the pause before the idle window and after each phase, before the request
+// counters are read, for the agent's trailing writes.
+const settle = 5 * time.Second
+
 // TestBurst creates BENCH_PODS pods (default 110; busybox `sleep`, pod network, no volumes)
 // at once through the API server with 20 concurrent creators, and reports what a watch sees:
 // create → Ready p50/p90/p99, first create → all Ready, the node agent's CPU time during the
@@ -82,7 +86,8 @@ func TestBurst(t *testing.T) {
 	}
 	defer w.Stop()
 
-	// Idle background: the same node, nothing happening.
+	// Idle background: the same node, nothing happening (after the registration's last writes).
+	time.Sleep(settle)
 	idle0 := apiRequests(t, ctx, f)
 	time.Sleep(idleWindow)
 	idle1 := apiRequests(t, ctx, f)
@@ -121,6 +126,7 @@ func TestBurst(t *testing.T) {
 	}, createErrs)
 	allReady := time.Since(start)
 	_, cpu1 := procStats(t, n.Pid())
+	time.Sleep(settle) // status writes the agent still had queued belong to the start
 	req1 := apiRequests(t, ctx, f)
 	ownStart := own.Load()
 	mu.Lock()
@@ -133,7 +139,7 @@ func TestBurst(t *testing.T) {
 	fmt.Printf("BENCH burst pods=%d create->Ready p50=%v p90=%v p99=%v\n", count,
 		percentile(lat, .5).Round(time.Millisecond), percentile(lat, .9).Round(time.Millisecond), percentile(lat, .99).Round(time.Millisecond))
 	fmt.Printf("BENCH burst pods=%d agent CPU during the burst: %.2fs\n", count, (cpu1 - cpu0).Seconds())
-	printRequests("start", count, req0, req1, ownStart, idleRate, allReady)
+	printRequests("start", count, req0, req1, ownStart, idleRate, allReady+settle)
 
 	sbs, err := f.CRI.PodSandboxes(ctx, map[string]string{framework.LabelPodNamespace: ns})
 	if err != nil {
@@ -148,6 +154,13 @@ func TestBurst(t *testing.T) {
 	req2 := apiRequests(t, ctx, f)
 	_, cpu2 := procStats(t, n.Pid())
 	start = time.Now()
+	sbCtx, stopSB := context.WithCancel(ctx)
+	runtimeGone := watchSandboxes(sbCtx, f.CRI, ns, start)
+	defer func() { // joined before the CRI connection closes, also when the test fails early
+		stopSB()
+		for range runtimeGone {
+		}
+	}()
 	deleteErrs := concurrently(names, func(name string) error {
 		return cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](deleteGrace)})
 	})
@@ -160,45 +173,77 @@ func TestBurst(t *testing.T) {
 	}, deleteErrs)
 	goneAPI := time.Since(start)
 	_, cpu3 := procStats(t, n.Pid())
+	time.Sleep(settle)
 	req3 := apiRequests(t, ctx, f)
 	ownDelete := own.Load()
 	fmt.Printf("BENCH burst pods=%d deleted at once (grace %ds): all gone from the API after %v\n", count, deleteGrace, goneAPI.Round(time.Millisecond))
 	fmt.Printf("BENCH burst pods=%d agent CPU during the delete: %.2fs\n", count, (cpu3 - cpu2).Seconds())
-	printRequests("delete", count, req2, req3, ownDelete, idleRate, goneAPI)
+	printRequests("delete", count, req2, req3, ownDelete, idleRate, goneAPI+settle)
 
-	// The upstream kubelet removes the sandboxes of deleted pods in its container GC (every
-	// minute), so "stopped" and "removed" are told apart, and removal is waited for 150 s.
-	var stoppedAt time.Duration
-	left := -1
-	for time.Since(start) < goneAPI+150*time.Second {
-		sbs, err := f.CRI.PodSandboxes(ctx, map[string]string{framework.LabelPodNamespace: ns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ready := 0
-		for _, sb := range sbs {
-			if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-				ready++
+	rt := <-runtimeGone
+	if rt.err != nil {
+		t.Fatal(rt.err)
+	}
+	if rt.stopped > 0 {
+		fmt.Printf("BENCH burst pods=%d deleted at once: all sandboxes stopped after %v\n", count, rt.stopped.Round(time.Millisecond))
+	} else {
+		fmt.Printf("BENCH burst pods=%d deleted at once: sandboxes still running after %v\n", count, runtimeWait)
+	}
+	if rt.left == 0 {
+		fmt.Printf("BENCH burst pods=%d deleted at once: all gone from the runtime after %v\n", count, rt.removed.Round(time.Millisecond))
+	} else {
+		fmt.Printf("BENCH burst pods=%d deleted at once: %d sandboxes still in the runtime after %v\n", count, rt.left, runtimeWait)
+	}
+}
+
+// runtimeWait bounds the wait for the sandboxes of deleted pods to leave the runtime: the
+// upstream kubelet removes them in its container GC (every minute), so "stopped" and
+// "removed" are told apart.
+const runtimeWait = 150 * time.Second
+
+// sandboxesGone is what watchSandboxes saw: when none of the sandboxes was ready any more,
+// when none was left (0: not within runtimeWait), how many were left at the end.
+type sandboxesGone struct {
+	stopped, removed time.Duration
+	left             int
+	err              error
+}
+
+// watchSandboxes polls the runtime for the sandboxes labelled with namespace ns, from start
+// until none is left, runtimeWait has passed or ctx ends, sends what it saw and closes the
+// channel.
+func watchSandboxes(ctx context.Context, c *framework.CRIClient, ns string, start time.Time) <-chan sandboxesGone {
+	out := make(chan sandboxesGone, 1)
+	go func() {
+		defer close(out)
+		var r sandboxesGone
+		for time.Since(start) < runtimeWait && ctx.Err() == nil {
+			sbs, err := c.PodSandboxes(ctx, map[string]string{framework.LabelPodNamespace: ns})
+			if err != nil {
+				r.err = err
+				break
+			}
+			ready := 0
+			for _, sb := range sbs {
+				if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+					ready++
+				}
+			}
+			if ready == 0 && r.stopped == 0 {
+				r.stopped = time.Since(start)
+			}
+			if r.left = len(sbs); r.left == 0 {
+				r.removed = time.Since(start)
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(framework.Poll):
 			}
 		}
-		if ready == 0 && stoppedAt == 0 {
-			stoppedAt = time.Since(start)
-		}
-		if left = len(sbs); left == 0 {
-			break
-		}
-		time.Sleep(framework.Poll)
-	}
-	if stoppedAt > 0 {
-		fmt.Printf("BENCH burst pods=%d deleted at once: all sandboxes stopped after %v\n", count, stoppedAt.Round(time.Millisecond))
-	} else {
-		fmt.Printf("BENCH burst pods=%d deleted at once: sandboxes still running after %v\n", count, time.Since(start).Round(time.Second))
-	}
-	if left == 0 {
-		fmt.Printf("BENCH burst pods=%d deleted at once: all gone from the runtime after %v\n", count, time.Since(start).Round(time.Millisecond))
-	} else {
-		fmt.Printf("BENCH burst pods=%d deleted at once: %d sandboxes still in the runtime after %v\n", count, left, time.Since(start).Round(time.Second))
-	}
+		out <- r
+	}()
+	return out
 }
 
 // TestBurstCRIFloor is the runtime's own time for TestBurst's pods: BENCH_PODS sandboxes

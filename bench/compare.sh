@@ -18,5 +18,5 @@ for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue
 	echo "=== $name (${bins[$name]})"
 	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run "${BENCH_RUN:-TestPodStartup}" ./bench/ |
-		grep -E '^BENCH|FAIL' | sed "s/^BENCH /$name: /"
+		grep -E '^BENCH|FAIL|_test\.go:[0-9]+:' | sed "s/^BENCH /$name: /"
 done

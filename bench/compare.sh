@@ -5,6 +5,7 @@
 #   bash bench/compare.sh            # needs the rig up: test/rig/up.sh
 #   BENCH_PODS=50 bash bench/compare.sh
 #   BENCH_RUN=TestCSIMount bash bench/compare.sh   # CSI claim pods (10), test driver of the rig
+#   BENCH_RUN='TestBurst$' bash bench/compare.sh   # 110 pods at once (BENCH_PODS); floor: TestBurstCRIFloor
 # Build the upstream kubelet for it with: bash bench/build-kubelet.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,5 +19,5 @@ for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue
 	echo "=== $name (${bins[$name]})"
 	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run "${BENCH_RUN:-TestPodStartup}" ./bench/ |
-		grep -E '^BENCH|FAIL' | sed "s/^BENCH /$name: /"
+		grep -E '^BENCH|FAIL|_test\.go:[0-9]+:' | sed "s/^BENCH /$name: /"
 done

@@ -27,7 +27,8 @@ func probeKind() string {
 	return "tcp"
 }
 
-func probePods() int {
+// fullNodePods is BENCH_PODS, by default 110 (the kubelet's default maxPods): a full node.
+func fullNodePods() int {
 	if n, err := strconv.Atoi(os.Getenv("BENCH_PODS")); err == nil && n > 0 {
 		return n
 	}
@@ -44,7 +45,7 @@ func TestProbeCPU(t *testing.T) {
 	ns := f.NewNamespace()
 	n := f.StartNodelet(framework.NodeletOptions{})
 	f.WaitForNodeReady(ctx, 2*time.Minute)
-	count, kind := probePods(), probeKind()
+	count, kind := fullNodePods(), probeKind()
 
 	start := time.Now()
 	for i := 0; i < count; i++ {

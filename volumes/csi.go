@@ -356,5 +356,11 @@ func parseVolData(b []byte) (volData, error) {
 	if d[volDataDriver] == "" || d[volDataHandle] == "" {
 		return nil, fmt.Errorf("%s lacks %s or %s", csi.VolDataFile, volDataDriver, volDataHandle)
 	}
+	// The driver names a directory under the plugins dir (the staging path),
+	// so a file on disk naming "../x" must not lead teardown elsewhere; set-up
+	// refuses such a name the same way.
+	if err := validateVolumeName(d[volDataDriver]); err != nil {
+		return nil, fmt.Errorf("%s: driver: %w", csi.VolDataFile, err)
+	}
 	return d, nil
 }

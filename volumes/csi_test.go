@@ -1012,3 +1012,25 @@ func TestCSITokenRequestsAndRepublish(t *testing.T) {
 		t.Errorf("token requests: %d; want 1 (cached)", r.kube.count("token:"))
 	}
 }
+
+// vol_data.json is read from disk: a driver name that is not one path
+// component is refused, so teardown never builds a staging path outside the
+// plugins directory from it.
+func TestParseVolDataRefusesHostileDriver(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		ok   bool
+	}{
+		{`{"driverName":"csi.example.com","volumeHandle":"h"}`, true},
+		{`{"driverName":"../../../etc","volumeHandle":"h"}`, false},
+		{`{"driverName":"..","volumeHandle":"h"}`, false},
+		{`{"driverName":"a/b","volumeHandle":"h"}`, false},
+		{`{"driverName":"","volumeHandle":"h"}`, false},
+		{`{"driverName":"d"}`, false},
+	} {
+		_, err := parseVolData([]byte(tc.json))
+		if (err == nil) != tc.ok {
+			t.Errorf("parseVolData(%s) error = %v, want ok=%v", tc.json, err, tc.ok)
+		}
+	}
+}

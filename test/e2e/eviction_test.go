@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/test/e2e/framework"
 )
 
@@ -240,11 +241,9 @@ func mountTmpfs(t *testing.T, f *framework.Framework, size string) string {
 		t.Fatalf("mounting a %s tmpfs on %s: %v", size, dir, err)
 	}
 	t.Cleanup(func() {
-		_ = framework.UnmountUnder(dir)
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Logf("unmounting %s: %v", dir, err)
+		if _, err := mountutil.UnmountAndRemoveAll(dir); err != nil {
+			t.Logf("removing the tmpfs at %s: %v", dir, err)
 		}
-		_ = os.RemoveAll(dir)
 	})
 	return dir
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/test/csidriver/calls"
 )
 
@@ -310,11 +311,8 @@ func (d *CSIDriver) cleanup() {
 		t.Logf("keeping %s for inspection", d.Dir)
 		return
 	}
-	if err := UnmountUnder(d.Dir); err != nil {
+	if _, err := mountutil.UnmountAndRemoveAll(d.Dir); err != nil {
 		t.Logf("cleanup: %v", err)
-	}
-	if err := os.RemoveAll(d.Dir); err != nil {
-		t.Logf("cleanup: removing %s: %v", d.Dir, err)
 	}
 }
 

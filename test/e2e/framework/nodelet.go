@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,8 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // NodeletOptions say how StartNodelet runs the binary under test.
@@ -539,41 +540,9 @@ func (n *Nodelet) cleanup() {
 		t.Logf("keeping %s for inspection", n.Dir)
 		return
 	}
-	if err := UnmountUnder(n.Dir); err != nil {
+	// Never across a mount point the node agent left (its volume mounts):
+	// unmounted first, and a mount that stays keeps what lies behind it.
+	if _, err := mountutil.UnmountAndRemoveAll(n.Dir); err != nil {
 		t.Logf("cleanup: %v", err)
 	}
-	if err := os.RemoveAll(n.Dir); err != nil {
-		t.Logf("cleanup: removing %s: %v", n.Dir, err)
-	}
-}
-
-// UnmountUnder unmounts every mount point below dir, deepest first (the node agent's volume
-// tmpfs mounts, if it left any), so that dir can be removed.
-func UnmountUnder(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("reading mountinfo: %w", err)
-	}
-	prefix := filepath.Clean(dir) + "/"
-	var mounts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		mp := strings.ReplaceAll(fields[4], `\040`, " ")
-		if strings.HasPrefix(mp, prefix) {
-			mounts = append(mounts, mp)
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
-	var errs []error
-	for _, m := range mounts {
-		if err := syscall.Unmount(m, 0); err != nil {
-			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
-				errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }

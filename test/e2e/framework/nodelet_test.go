@@ -131,12 +131,6 @@ func TestNodeletLifecycle(t *testing.T) {
 	}
 }
 
-func TestUnmountUnderNothingMounted(t *testing.T) {
-	if err := UnmountUnder(t.TempDir()); err != nil {
-		t.Fatalf("UnmountUnder with no mounts: %v", err)
-	}
-}
-
 func TestWaitStopsWhenNodeletDies(t *testing.T) {
 	f := newTestFramework(t)
 	bin := filepath.Join(t.TempDir(), "dying-nodelet")

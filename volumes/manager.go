@@ -349,17 +349,8 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume, 
 // volume (configMap, secret, downwardAPI, projected) that an earlier set-up
 // filled, in this process or before a restart.
 func (m *Manager) keptContent(uid types.UID, vol *v1.Volume) (HostVolume, bool) {
-	var plugin string
-	switch src := &vol.VolumeSource; {
-	case src.ConfigMap != nil:
-		plugin = pluginConfigMap
-	case src.Secret != nil:
-		plugin = pluginSecret
-	case src.DownwardAPI != nil:
-		plugin = pluginDownwardAPI
-	case src.Projected != nil:
-		plugin = pluginProjected
-	default:
+	plugin := payloadPluginDir(&vol.VolumeSource)
+	if plugin == "" {
 		return HostVolume{}, false
 	}
 	if validateVolumeName(vol.Name) != nil {
@@ -370,6 +361,22 @@ func (m *Manager) keptContent(uid types.UID, vol *v1.Volume) (HostVolume, bool) 
 		return HostVolume{}, false
 	}
 	return HostVolume{Path: dir, ReadOnly: true}, true
+}
+
+// payloadPluginDir is the plugin directory of a volume nodelet fills with
+// the atomic writer (configMap, secret, downwardAPI, projected); "" for others.
+func payloadPluginDir(src *v1.VolumeSource) string {
+	switch {
+	case src.ConfigMap != nil:
+		return pluginConfigMap
+	case src.Secret != nil:
+		return pluginSecret
+	case src.DownwardAPI != nil:
+		return pluginDownwardAPI
+	case src.Projected != nil:
+		return pluginProjected
+	}
+	return ""
 }
 
 // writeVolume makes the volume directory (on a tmpfs when memoryBacked,

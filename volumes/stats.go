@@ -95,21 +95,13 @@ func (m *Manager) inlineVolumePath(pod *v1.Pod, vol *v1.Volume) string {
 	if validateVolumeName(vol.Name) != nil {
 		return "" // never set up: a name that would leave the pod's directory
 	}
-	plugin := ""
+	plugin := payloadPluginDir(&vol.VolumeSource)
 	switch src := &vol.VolumeSource; {
 	case src.EmptyDir != nil:
 		plugin = pluginEmptyDir
-	case src.ConfigMap != nil:
-		plugin = pluginConfigMap
-	case src.Secret != nil:
-		plugin = pluginSecret
-	case src.Projected != nil:
-		plugin = pluginProjected
-	case src.DownwardAPI != nil:
-		plugin = pluginDownwardAPI
 	case src.CSI != nil:
 		return csi.PublishPath(m.rootDir, pod.UID, vol.Name)
-	default:
+	case plugin == "":
 		return ""
 	}
 	return filepath.Join(m.podVolumesDir(pod.UID), plugin, vol.Name)

@@ -106,7 +106,7 @@ func unmapBlock(globalMapPath, linkDir, name string, podUID types.UID) error {
 	if err := mountutil.Unmount(mapFile); err != nil {
 		return fmt.Errorf("unmounting %s: %w", mapFile, err)
 	}
-	if err := removeUnmounted(mapFile); err != nil {
+	if err := mountutil.RemoveAllUnmounted(mapFile); err != nil {
 		return err
 	}
 	return nil
@@ -267,7 +267,7 @@ func (m *Manager) tearDownBlock(ctx context.Context, podUID types.UID) error {
 	}
 	dir := filepath.Join(m.rootDir, "pods", string(podUID), "volumeDevices")
 	if _, err := os.Lstat(dir); err == nil {
-		if err := removeUnmounted(dir); err != nil {
+		if err := mountutil.RemoveAllUnmounted(dir); err != nil {
 			return err
 		}
 	}
@@ -303,7 +303,7 @@ func (m *Manager) tearDownCSIBlock(ctx context.Context, podUID types.UID, specNa
 		return fmt.Errorf("%sblockMapper.unpublishVolumeForBlock failed: %v", csiLogPrefix, err)
 	}
 	if _, err := os.Lstat(publishPath); err == nil {
-		if err := removeUnmounted(publishPath); err != nil {
+		if err := mountutil.RemoveAllUnmounted(publishPath); err != nil {
 			return err
 		}
 	}
@@ -328,7 +328,7 @@ func (m *Manager) tearDownCSIBlock(ctx context.Context, podUID types.UID, specNa
 	var errs []error
 	for _, p := range []string{stagingPath, csi.BlockPublishDir(m.rootDir, specName), csi.BlockVolumeDir(m.rootDir, specName)} {
 		if _, err := os.Lstat(p); err == nil {
-			errs = append(errs, removeUnmounted(p))
+			errs = append(errs, mountutil.RemoveAllUnmounted(p))
 		}
 	}
 	return errors.Join(errs...)

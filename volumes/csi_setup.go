@@ -287,7 +287,7 @@ func (m *Manager) stageCSI(ctx context.Context, client csipb.NodeClient, cv *csi
 	if err != nil {
 		if isFinalCSIError(err) {
 			// Nothing is staged: the directory goes (never across a mount).
-			if rmErr := removeUnmounted(dataDir); rmErr != nil {
+			if rmErr := mountutil.RemoveAllUnmounted(dataDir); rmErr != nil {
 				klog.FromContext(ctx).Error(rmErr, "Removing the staging directory after a failed NodeStageVolume", "path", dataDir)
 			}
 		}
@@ -351,7 +351,7 @@ func (m *Manager) publishCSI(ctx context.Context, pod *v1.Pod, client csipb.Node
 	})
 	if err != nil {
 		if isFinalCSIError(err) {
-			if rmErr := removeUnmounted(dir); rmErr != nil {
+			if rmErr := mountutil.RemoveAllUnmounted(dir); rmErr != nil {
 				klog.FromContext(ctx).Error(rmErr, "Removing the publish directory after a failed NodePublishVolume", "path", dir)
 			}
 		}
@@ -453,17 +453,4 @@ func readVolData(dir string) (volData, error) {
 		return nil, err
 	}
 	return parseVolData(b)
-}
-
-// removeUnmounted removes dir and what is below it, but nothing mounted
-// (then it reports an error naming what stays).
-func removeUnmounted(dir string) error {
-	kept, err := mountutil.RemoveAll(dir)
-	if err != nil {
-		return err
-	}
-	if len(kept) > 0 {
-		return fmt.Errorf("removing %s: still mounted %v", dir, kept)
-	}
-	return nil
 }

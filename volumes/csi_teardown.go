@@ -75,7 +75,7 @@ func (m *Manager) tearDownCSIVolume(ctx context.Context, podUID types.UID, specN
 	}
 	// The driver removes the target path; nodelet what it made, never
 	// across a mount the driver left.
-	if err := removeUnmounted(dir); err != nil {
+	if err := mountutil.RemoveAllUnmounted(dir); err != nil {
 		return fmt.Errorf("%sUnmounter.TearDownAt failed to clean mount dir: %v", csiLogPrefix, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Unpublished CSI volume", "podUID", podUID, "volume", specName, "driver", driver, "volumeHandle", handle)
@@ -131,7 +131,7 @@ func (m *Manager) unstageUnused(ctx context.Context, client csipb.NodeClient, dr
 		}
 	}
 	m.csi.setStaged(key, false)
-	if err := removeUnmounted(stagingDir); err != nil {
+	if err := mountutil.RemoveAllUnmounted(stagingDir); err != nil {
 		return fmt.Errorf("%sfailed to clean up global mount %s: %v", csiLogPrefix, stagingDir, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle)

@@ -105,14 +105,20 @@ func UnmountAndRemoveAll(dir string) (int, error) {
 	if err != nil {
 		return n, err
 	}
+	return n, RemoveAllUnmounted(dir)
+}
+
+// RemoveAllUnmounted is RemoveAll for a caller that wants dir gone: a mount
+// point that keeps part of it (never crossed) is an error naming it.
+func RemoveAllUnmounted(dir string) error {
 	kept, err := RemoveAll(dir)
 	if err != nil {
-		return n, err
+		return err
 	}
 	if len(kept) > 0 {
-		return n, fmt.Errorf("removing %s: still mounted %v", dir, kept)
+		return fmt.Errorf("removing %s: still mounted %v", dir, kept)
 	}
-	return n, nil
+	return nil
 }
 
 // Unmount unmounts path; a path that is not a mount point is not an error.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -263,15 +264,32 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 	}
 	m.mu.Unlock()
 	sort.Slice(cands, func(i, j int) bool { return cands[i].uid < cands[j].uid })
+	// Writes run syncWorkers at a time: one at a time, a burst of pod starts waited on
+	// the round trips of each write in turn, well below the client's QPS. Each UID is
+	// synced by one worker only, so a pod's writes stay in order.
+	due := make(chan types.UID)
+	var wg sync.WaitGroup
+	for range syncWorkers {
+		wg.Go(func() {
+			for uid := range due {
+				m.syncPod(ctx, uid)
+			}
+		})
+	}
 	for _, c := range cands {
 		if ctx.Err() != nil {
-			return
+			break
 		}
 		if c.dirty || m.deletionDue(c.pod, c.apiPod) || (all && m.needsReconcile(c.pod, c.apiPod, &c.status, c.examinedRV)) {
-			m.syncPod(ctx, c.uid)
+			due <- c.uid
 		}
 	}
+	close(due)
+	wg.Wait()
 }
+
+// syncWorkers is how many pod status writes are in flight at once.
+const syncWorkers = 4
 
 // deletionDue: the API pod is being deleted and the caller says its resources are reclaimed.
 func (m *Manager) deletionDue(pod, apiPod *v1.Pod) bool {
@@ -355,10 +373,17 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID) {
 		return
 	}
 	pods := m.client.CoreV1().Pods(tgt.namespace)
-	var apiPod *v1.Pod
+	// The patch is computed against the newest copy of the API object we hold (our last
+	// write's answer or the pod watch's copy), not one fetched for it: a GET per write
+	// was half of the requests a pod start sends. The patch carries the UID as a
+	// precondition and touches only what the node owns, so a stale base cannot undo
+	// others' changes; a Conflict reads the pod again.
+	apiPod := m.baseFor(uid, tgt)
 	for attempt := 0; ; attempt++ {
 		var err error
-		apiPod, err = pods.Get(ctx, tgt.name, metav1.GetOptions{})
+		if apiPod == nil {
+			apiPod, err = pods.Get(ctx, tgt.name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			klog.V(3).InfoS("Pod is gone from the API server, status not written", "pod", klog.KObj(pod), "podUID", uid)
 			m.markGone(uid)
@@ -392,6 +417,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID) {
 		patched, err := pods.Patch(ctx, tgt.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if apierrors.IsConflict(err) && attempt < 2 {
 			klog.V(3).InfoS("Conflict writing pod status, reading the pod again", "pod", klog.KObj(pod), "podUID", uid)
+			apiPod = nil
 			continue
 		}
 		if apierrors.IsNotFound(err) {
@@ -423,6 +449,47 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID) {
 	}
 	klog.V(2).InfoS("Deleted pod from the API server after its resources were reclaimed", "pod", klog.KObj(pod), "podUID", uid)
 	m.markGone(uid)
+}
+
+// baseFor returns the newest copy of tgt's API object known without a request, or nil:
+// for a static pod the mirror as the pod source last saw it, otherwise the newer of our
+// last read or write and the caller's copy from the pod watch.
+func (m *Manager) baseFor(uid types.UID, tgt target) *v1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.statuses[uid]
+	if !ok {
+		return nil
+	}
+	cands := []*v1.Pod{e.apiPod}
+	if podutil.IsStaticPod(e.pod) {
+		if m.mirrors != nil {
+			if mirror, ok := m.mirrors.MirrorPod(uid); ok {
+				cands = append(cands, mirror)
+			}
+		}
+	} else {
+		cands = append(cands, e.pod)
+	}
+	var base *v1.Pod
+	for _, p := range cands {
+		if p == nil || p.UID != tgt.uid || p.ResourceVersion == "" {
+			continue
+		}
+		if base == nil || newerVersion(p.ResourceVersion, base.ResourceVersion) {
+			base = p
+		}
+	}
+	return base
+}
+
+// newerVersion reports whether resourceVersion a is newer than b. Versions are opaque
+// to clients in general; the API server's are etcd revisions, and one that does not
+// parse as such is never taken as newer, so the base stays the copy we hold.
+func newerVersion(a, b string) bool {
+	av, aerr := strconv.ParseUint(a, 10, 64)
+	bv, berr := strconv.ParseUint(b, 10, 64)
+	return aerr == nil && berr == nil && av > bv
 }
 
 func (m *Manager) markSynced(uid types.UID, version uint64, examinedRV string, apiPod *v1.Pod, changedAt time.Time) {

@@ -2,7 +2,13 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -119,7 +127,8 @@ func TestPatchOnlyOnChange(t *testing.T) {
 	// the last sync...
 	m.syncBatch(ctx, true)
 	wantVerbs(t, client)
-	// ...but does for a copy the caller got later, once, and writes only if needed.
+	// ...nor for a later copy that agrees with ours; a later copy that does not is
+	// written against, once, without reading the pod: the watch's copy is the base.
 	newer := pod.DeepCopy()
 	newer.ResourceVersion = "999"
 	newer.Status = running(t0)
@@ -129,16 +138,16 @@ func TestPatchOnlyOnChange(t *testing.T) {
 	newer.Status.Phase = v1.PodPending
 	m.SetPodStatus(newer, again)
 	m.syncBatch(ctx, true)
-	wantVerbs(t, client, "get")
+	wantVerbs(t, client, "patch/status")
 	m.syncBatch(ctx, true)
 	wantVerbs(t, client)
 
-	// A real change is written.
+	// A real change is written, against the copy last written: no read first.
 	notReady := running(t0)
 	notReady.Conditions[0] = cond(v1.PodReady, v1.ConditionFalse, t0.Add(time.Minute))
-	m.SetPodStatus(pod, notReady)
+	m.SetPodStatus(newer, notReady)
 	m.syncBatch(ctx, false)
-	wantVerbs(t, client, "get", "patch/status")
+	wantVerbs(t, client, "patch/status")
 	if got := apiStatus(t, client, "p"); findCond(got, v1.PodReady).Status != v1.ConditionFalse {
 		t.Errorf("Ready not written: %+v", got.Conditions)
 	}
@@ -550,4 +559,133 @@ func TestContainerStatusOrder(t *testing.T) {
 	m.SetPodStatus(pod, st)
 	m.syncBatch(context.Background(), true)
 	wantVerbs(t, client)
+}
+
+// versioned makes the fake API server give each write a new resourceVersion, as the
+// real one does.
+func versioned(client *fake.Clientset) *atomic.Int64 {
+	rv := &atomic.Int64{}
+	rv.Store(100)
+	react := clienttesting.ObjectReaction(client.Tracker())
+	client.PrependReactor("patch", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := react(a)
+		if err != nil || !handled {
+			return handled, obj, err
+		}
+		p := obj.(*v1.Pod).DeepCopy()
+		p.ResourceVersion = strconv.FormatInt(rv.Add(1), 10)
+		if err := client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, p, p.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, p, nil
+	})
+	return rv
+}
+
+func TestWritesWithoutReading(t *testing.T) {
+	pod := testPod("p", "u1")
+	pod.ResourceVersion = "7"
+	client := fake.NewClientset(pod)
+	rv := versioned(client)
+	m := NewManager(client, nil, clocktesting.NewFakeClock(t0))
+	ctx := context.Background()
+
+	// The watch's copy is the base of the first write, our write's answer of the next.
+	m.SetPodStatus(pod, running(t0))
+	m.syncBatch(ctx, false)
+	wantVerbs(t, client, "patch/status")
+	notReady := running(t0)
+	notReady.Conditions[0] = cond(v1.PodReady, v1.ConditionFalse, t0.Add(time.Minute))
+	m.SetPodStatus(pod, notReady) // the caller's copy is still the older one
+	m.syncBatch(ctx, false)
+	wantVerbs(t, client, "patch/status")
+	if got := apiStatus(t, client, "p"); findCond(got, v1.PodReady).Status != v1.ConditionFalse || got.Phase != v1.PodRunning {
+		t.Fatalf("API status %+v", got)
+	}
+
+	// A newer watch copy (someone else wrote) is the base instead of our last answer.
+	inAPI, err := client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "ns", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := inAPI.(*v1.Pod).DeepCopy()
+	newer.ResourceVersion = strconv.FormatInt(rv.Add(1), 10)
+	newer.Status.Conditions = append(newer.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue})
+	if err := client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, newer, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	m.SetPodStatus(newer, running(t0.Add(2*time.Minute)))
+	m.syncBatch(ctx, false)
+	wantVerbs(t, client, "patch/status")
+	got := apiStatus(t, client, "p")
+	if findCond(got, v1.PodReady).Status != v1.ConditionTrue || findCond(got, v1.DisruptionTarget).Status != v1.ConditionTrue {
+		t.Errorf("API conditions %+v: want Ready written and DisruptionTarget kept", got.Conditions)
+	}
+
+	// A pod replaced under the same name fails the patch's UID precondition (a
+	// Conflict): the pod is read, found replaced, and no longer written.
+	client.PrependReactor("patch", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("Precondition failed: UID in precondition: u1, UID in object meta: u2"))
+	})
+	replaced := testPod("p", "u2")
+	if err := client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, replaced, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	m.SetPodStatus(newer, notReady)
+	m.syncBatch(ctx, false)
+	wantVerbs(t, client, "patch/status", "get")
+	m.SetPodStatus(newer, running(t0.Add(3*time.Minute)))
+	m.syncBatch(ctx, true)
+	wantVerbs(t, client)
+}
+
+func TestBatchWritesConcurrently(t *testing.T) {
+	// A real client against a test server: the fake clientset runs one call at a time.
+	const n = 3 * syncWorkers
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPatch || !strings.HasSuffix(r.URL.Path, "/status") {
+			t.Errorf("unexpected %s %s", r.Method, r.URL.Path)
+			http.Error(w, "unexpected", http.StatusBadRequest)
+			return
+		}
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		<-release
+		name := path.Base(path.Dir(r.URL.Path))
+		p := testPod(name, types.UID("u"+strings.TrimPrefix(name, "p")))
+		p.ResourceVersion = "2"
+		p.Status = running(t0)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p)
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(client, nil, clocktesting.NewFakeClock(t0))
+	for i := range n {
+		p := testPod(fmt.Sprintf("p%d", i), types.UID(fmt.Sprintf("u%d", i)))
+		p.ResourceVersion = "1"
+		m.SetPodStatus(p, running(t0))
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); m.syncBatch(context.Background(), false) }()
+	eventually.True(t, "all workers writing", func() bool { return inFlight.Load() == syncWorkers })
+	close(release)
+	<-done
+	if most.Load() != syncWorkers {
+		t.Errorf("at most %d writes in flight, want %d", most.Load(), syncWorkers)
+	}
+	m.syncBatch(context.Background(), true) // all synced: nothing more to write
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
@@ -80,10 +82,7 @@ func TestBurst(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the test's client: %v", err)
 	}
-	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("watching pods in %s: %v", ns, err)
-	}
+	w := watchPods(t, ctx, cs, ns)
 	defer w.Stop()
 
 	// Idle background: the same node, nothing happening (after the registration's last writes).
@@ -357,6 +356,25 @@ func concurrently(names []string, fn func(name string) error) <-chan error {
 		close(errs)
 	}()
 	return errs
+}
+
+// watchPods watches the pods in ns from now on, re-establishing the watch from the last
+// event seen when the API server closes it (watches have a server-side timeout).
+func watchPods(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) watch.Interface {
+	t.Helper()
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing pods in %s: %v", ns, err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatalf("watching pods in %s: %v", ns, err)
+	}
+	return w
 }
 
 // waitWatch feeds w's events to done until it returns true; it fails the test on a watch

@@ -100,6 +100,7 @@ func TestBurst(t *testing.T) {
 	}
 	var mu sync.Mutex
 	created := map[string]time.Time{}
+	var lastCreated time.Duration // when the last create was answered, since start
 	own.Store(0)
 	req0 := apiRequests(t, ctx, f)
 	_, cpu0 := procStats(t, n.Pid())
@@ -112,6 +113,9 @@ func TestBurst(t *testing.T) {
 		created[name] = time.Now()
 		mu.Unlock()
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		mu.Lock()
+		lastCreated = max(lastCreated, time.Since(start))
+		mu.Unlock()
 		return err
 	})
 	readyAt := map[string]time.Time{}
@@ -139,6 +143,7 @@ func TestBurst(t *testing.T) {
 		percentile(lat, .5).Round(time.Millisecond), percentile(lat, .9).Round(time.Millisecond), percentile(lat, .99).Round(time.Millisecond))
 	fmt.Printf("BENCH burst pods=%d agent CPU during the burst: %.2fs\n", count, (cpu1 - cpu0).Seconds())
 	printRequests("start", count, req0, req1, ownStart, idleRate, allReady+settle)
+	printTimeline(t, ctx, f.CRI, ns, start, lastCreated, allReady)
 
 	sbs, err := f.CRI.PodSandboxes(ctx, map[string]string{framework.LabelPodNamespace: ns})
 	if err != nil {
@@ -193,6 +198,37 @@ func TestBurst(t *testing.T) {
 	} else {
 		fmt.Printf("BENCH burst pods=%d deleted at once: %d sandboxes still in the runtime after %v\n", count, rt.left, runtimeWait)
 	}
+}
+
+// printTimeline prints where the burst's time went: when the API server had answered
+// every create, when the runtime had made the last sandbox and container and started
+// the last container (its own timestamps), and when the last pod was seen Ready.
+func printTimeline(t *testing.T, ctx context.Context, c *framework.CRIClient, ns string, start time.Time, lastCreated, allReady time.Duration) {
+	t.Helper()
+	labels := map[string]string{framework.LabelPodNamespace: ns}
+	sbs, err := c.PodSandboxes(ctx, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastSandbox, lastCreate, lastStart time.Duration
+	for _, sb := range sbs {
+		lastSandbox = max(lastSandbox, time.Unix(0, sb.CreatedAt).Sub(start))
+	}
+	ctrs, err := c.Containers(ctx, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range ctrs {
+		lastCreate = max(lastCreate, time.Unix(0, ctr.CreatedAt).Sub(start))
+		st, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr.Id})
+		if err != nil {
+			t.Fatalf("status of container %s: %v", ctr.Id, err)
+		}
+		lastStart = max(lastStart, time.Unix(0, st.Status.StartedAt).Sub(start))
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	fmt.Printf("BENCH burst pods=%d timeline: last create answered +%v, last sandbox created +%v, last container created +%v, last container started +%v, last pod Ready +%v\n",
+		len(sbs), r(lastCreated), r(lastSandbox), r(lastCreate), r(lastStart), r(allReady))
 }
 
 // runtimeWait bounds the wait for the sandboxes of deleted pods to leave the runtime: the

@@ -6,6 +6,8 @@
 #   BENCH_PODS=50 bash bench/compare.sh
 #   BENCH_RUN=TestCSIMount bash bench/compare.sh   # CSI claim pods (10), test driver of the rig
 #   BENCH_RUN='TestBurst$' bash bench/compare.sh   # 110 pods at once (BENCH_PODS); floor: TestBurstCRIFloor
+# After both agents it runs the run's runtime floor once (TestPodStartupCRIFloor, TestBurstCRIFloor;
+# BENCH_FLOOR_RUN= to skip, or another test).
 # Build the upstream kubelet for it with: bash bench/build-kubelet.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,9 +17,21 @@ go build -o _output/nodelet ./cmd/nodelet
 KUBELET=${KUBELET_BIN:-/var/cache/nodelet-rig/v1.37.2/bin/kubelet}
 declare -A bins=([nodelet]="$REPO/_output/nodelet")
 [ -x "$KUBELET" ] && bins[kubelet]=$KUBELET || echo "no upstream kubelet at $KUBELET: run bench/build-kubelet.sh for the comparison"
+# The runtime floor of a run (the same pods straight over CRI, no agent), run once after both.
+RUN=${BENCH_RUN:-TestPodStartup}
+case "$RUN" in
+TestPodStartup) FLOOR=${BENCH_FLOOR_RUN-TestPodStartupCRIFloor} ;;
+'TestBurst$') FLOOR=${BENCH_FLOOR_RUN-TestBurstCRIFloor} ;;
+*) FLOOR=${BENCH_FLOOR_RUN-} ;;
+esac
 for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue
 	echo "=== $name (${bins[$name]})"
-	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run "${BENCH_RUN:-TestPodStartup}" ./bench/ |
+	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -v -run "$RUN" ./bench/ |
 		grep -E '^BENCH|FAIL|_test\.go:[0-9]+:' | sed "s/^BENCH /$name: /"
 done
+if [ -n "$FLOOR" ]; then
+	echo "=== runtime floor ($FLOOR)"
+	NODELET_BIN=${bins[nodelet]} go test -tags bench -count=1 -v -run "^$FLOOR\$" ./bench/ |
+		grep -E '^BENCH|FAIL|_test\.go:[0-9]+:' | sed "s/^BENCH /floor: /"
+fi

@@ -122,6 +122,36 @@ func TestPodStartup(t *testing.T) {
 	fmt.Printf("BENCH nodelet idle CPU with %d pods: %.2f%% of one core (30s window)\n", count, 100*(after-before).Seconds()/30)
 }
 
+// TestPodStartupCRIFloor is TestPodStartup's floor: the same pods (pod network, one busybox
+// container) started one after another straight over CRI (RunPodSandbox, CreateContainer,
+// StartContainer), no agent. compare.sh runs it once beside TestPodStartup.
+func TestPodStartupCRIFloor(t *testing.T) {
+	f := framework.New(t)
+	ctx := context.Background()
+	if k, err := f.CRI.RemoveAllPodSandboxes(ctx); err != nil {
+		t.Fatalf("clearing the runtime: %v", err)
+	} else if k > 0 {
+		t.Logf("removed %d pod sandboxes left by an earlier test", k)
+	}
+	t.Cleanup(func() {
+		if _, err := f.CRI.RemoveAllPodSandboxes(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	logDir := t.TempDir()
+	count := pods()
+	var lat []time.Duration
+	for i := range count {
+		start := time.Now()
+		if _, _, err := f.CRI.RunBusyboxPod(ctx, fmt.Sprintf("floor-%02d", i), f.Env.BusyboxImage, logDir, false, "sleep", "3600"); err != nil {
+			t.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	fmt.Printf("BENCH floor pods=%d RunPodSandbox->StartContainer one after another p50=%v p99=%v max=%v\n", count,
+		percentile(lat, .5).Round(time.Millisecond), percentile(lat, .99).Round(time.Millisecond), percentile(lat, 1).Round(time.Millisecond))
+}
+
 // procStats reads VmRSS and utime+stime of pid.
 func procStats(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 	t.Helper()

@@ -1,7 +1,8 @@
 // Package stats measures the node and its pods: memory, CPU and process counts from
 // the kernel (procfs, cgroupfs), filesystems by statfs, container usage from the CRI
 // runtime and volume and log usage from disk. It builds the kubelet's Summary
-// (stats/v1alpha1), which /stats/summary serves and the eviction manager reads.
+// (stats/v1alpha1), measured in the background by Cache, whose last
+// measurement /stats/summary, /metrics/resource and the eviction manager read.
 package stats
 
 import (

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +94,14 @@ func TestStatsSummaryLatency(t *testing.T) {
 		pods, size, percentile(lat, .5).Round(100*time.Microsecond), percentile(lat, .99).Round(100*time.Microsecond), (cpu1 - cpu0).Seconds())
 	if pods < count {
 		t.Errorf("the Summary has %d pods, want at least %d", pods, count)
+	}
+	// Which CRI call measured the pods: a fallback from ListPodSandboxStats is logged.
+	if b, err := os.ReadFile(n.LogPath); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "ListPodSandboxStats") {
+				fmt.Printf("BENCH stats nodelet log: %s\n", l)
+			}
+		}
 	}
 
 	deleteErrs := concurrently(names, func(name string) error {

@@ -14,9 +14,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
@@ -36,31 +33,14 @@ func TestStatsSummaryLatency(t *testing.T) {
 	ctx := context.Background()
 	ns := f.NewNamespace()
 	count := fullNodePods()
-	n := f.StartNodelet(framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
-		c.MaxPods = int32(max(110, count))
-	}})
-	f.WaitForNodeReady(ctx, 2*time.Minute)
-	cfg := rest.CopyConfig(f.RestConfig)
-	cfg.QPS, cfg.Burst = 1000, 1000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("building the test's client: %v", err)
-	}
-	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("watching pods in %s: %v", ns, err)
-	}
-	defer w.Stop()
+	n, cs, w := startFullNode(t, f, ns, count, nil)
 
 	names := make([]string, count)
 	for i := range names {
 		names[i] = fmt.Sprintf("stats-%03d", i)
 	}
 	createErrs := concurrently(names, func(name string) error {
-		p := f.BusyboxPod(ns, name, "sleep", "3600")
-		p.Spec.NodeName = f.Env.NodeName
-		p.Spec.AutomountServiceAccountToken = ptr.To(false)
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, sleepPod(f, ns, name), metav1.CreateOptions{})
 		return err
 	})
 	ready := map[string]bool{}

@@ -521,8 +521,11 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Volumes: vols, CSI: csiDrivers, Clock: clk,
 	})
 	reg.MustRegister(volStats)
-	statsProvider := newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, volStats, clk)
-	evictions, err := newEvictionManager(kc, nodeName, statsProvider, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
+	// The Summary, measured every housekeeping period in the background:
+	// /stats/summary, /metrics/resource and eviction read the last one.
+	statsCache := stats.NewCache(newStatsProvider(kc, nodeName, opts.RootDir, cg, sysContainers, rt, loop.ActivePods, volStats, clk),
+		stats.DefaultHousekeepingPeriod, clk)
+	evictions, err := newEvictionManager(kc, nodeName, statsCache, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()
 	})
@@ -539,7 +542,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	apiPorts, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
-		metrics: reg, probeMetrics: probes.registry, summary: statsProvider, clock: clk,
+		metrics: reg, probeMetrics: probes.registry, summary: statsCache, clock: clk,
 		showHiddenMetrics: showHidden,
 	})
 	if err != nil {
@@ -641,6 +644,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	})
 	add(&rest, "sync loop queries", func(ctx context.Context) { queries.serve(ctx, loop) })
 	add(&rest, "volume stats", volStats.Run)
+	add(&rest, "stats cache", statsCache.Run)
 
 	a.stages = []stage{
 		{name: "intake", components: intake},

@@ -21,9 +21,9 @@ import (
 	"github.com/nodelet/nodelet/syncloop"
 )
 
-// snapshotter is the stats provider as the eviction wiring uses it.
+// snapshotter is the stats cache as the eviction wiring uses it.
 type snapshotter interface {
-	Snapshot(ctx context.Context) (*stats.Snapshot, error)
+	NewerThan(ctx context.Context, t time.Time) (*stats.Snapshot, error)
 }
 
 // evictionStats feeds the eviction manager from the stats provider.
@@ -33,8 +33,8 @@ type evictionStats struct {
 	pods        func() []*v1.Pod
 }
 
-func (e evictionStats) Stats(ctx context.Context) (eviction.Stats, error) {
-	snap, err := e.stats.Snapshot(ctx)
+func (e evictionStats) Stats(ctx context.Context, notBefore time.Time) (eviction.Stats, error) {
+	snap, err := e.stats.NewerThan(ctx, notBefore)
 	if err != nil {
 		return eviction.Stats{}, err
 	}

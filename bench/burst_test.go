@@ -68,23 +68,10 @@ func TestBurst(t *testing.T) {
 	ctx := context.Background()
 	ns := f.NewNamespace()
 	count := fullNodePods()
-	n := f.StartNodelet(framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
-		c.MaxPods = int32(max(110, count))
-	}})
-	f.WaitForNodeReady(ctx, 2*time.Minute)
-
-	// The test's own client: unthrottled (the creators must not wait on it), counting every
-	// request it sends except watches, which the API server's counters are read without.
+	// The test's own client counts every request it sends except watches, which the API
+	// server's counters are read without.
 	var own atomic.Int64
-	cfg := rest.CopyConfig(f.RestConfig)
-	cfg.QPS, cfg.Burst = 1000, 1000
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{rt: rt, n: &own} })
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("building the test's client: %v", err)
-	}
-	w := watchPods(t, ctx, cs, ns)
-	defer w.Stop()
+	n, cs, w := startFullNode(t, f, ns, count, func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{rt: rt, n: &own} })
 
 	// Idle background: the same node, nothing happening (after the registration's last writes).
 	time.Sleep(settle)
@@ -107,9 +94,7 @@ func TestBurst(t *testing.T) {
 	_, cpu0 := procStats(t, n.Pid())
 	start := time.Now()
 	createErrs := concurrently(names, func(name string) error {
-		p := f.BusyboxPod(ns, name, "sleep", "3600")
-		p.Spec.NodeName = f.Env.NodeName                    // the rig runs no scheduler for us
-		p.Spec.AutomountServiceAccountToken = ptr.To(false) // no volumes
+		p := sleepPod(f, ns, name)
 		mu.Lock()
 		created[name] = time.Now()
 		mu.Unlock()
@@ -230,6 +215,39 @@ func printTimeline(t *testing.T, ctx context.Context, c *framework.CRIClient, ns
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
 	fmt.Printf("BENCH burst pods=%d timeline: last create answered +%v, last sandbox created +%v, last container created +%v, last container started +%v, last pod Ready +%v\n",
 		len(sbs), r(lastCreated), r(lastSandbox), r(lastCreate), r(lastStart), r(allReady))
+}
+
+// startFullNode starts nodelet with maxPods for count pods, waits for the node to be Ready
+// and returns the test's client (unthrottled: the creators must not wait on it; its
+// transport wrapped by wrap, if set) and a watch of the pods in ns, stopped when the test ends.
+func startFullNode(t *testing.T, f *framework.Framework, ns string, count int, wrap func(http.RoundTripper) http.RoundTripper) (*framework.Nodelet, kubernetes.Interface, watch.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	n := f.StartNodelet(framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {
+		c.MaxPods = int32(max(110, count))
+	}})
+	f.WaitForNodeReady(ctx, 2*time.Minute)
+	cfg := rest.CopyConfig(f.RestConfig)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	if wrap != nil {
+		cfg.Wrap(wrap)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("building the test's client: %v", err)
+	}
+	w := watchPods(t, ctx, cs, ns)
+	t.Cleanup(w.Stop)
+	return n, cs, w
+}
+
+// sleepPod is the full-node benches' pod: busybox `sleep`, pod network, no volumes, bound
+// to the node (the rig runs no scheduler for us).
+func sleepPod(f *framework.Framework, ns, name string) *v1.Pod {
+	p := f.BusyboxPod(ns, name, "sleep", "3600")
+	p.Spec.NodeName = f.Env.NodeName
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
+	return p
 }
 
 // runtimeWait bounds the wait for the sandboxes of deleted pods to leave the runtime: the

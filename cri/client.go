@@ -224,6 +224,10 @@ func (c *Client) validateImage(ctx context.Context) error {
 // IsNotFound reports whether err (possibly wrapped) carries gRPC code NotFound.
 func IsNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
+// IsUnimplemented reports whether err (possibly wrapped) carries gRPC code
+// Unimplemented: the runtime does not have the method.
+func IsUnimplemented(err error) bool { return status.Code(err) == codes.Unimplemented }
+
 // Code returns the gRPC code carried by err (possibly wrapped); codes.OK for nil.
 func Code(err error) codes.Code { return status.Code(err) }
 

@@ -18,9 +18,11 @@ import (
 // DefaultMonitoringInterval is upstream's evictionMonitoringPeriod.
 const DefaultMonitoringInterval = 10 * time.Second
 
-// StatsProvider returns fresh node and pod stats.
+// StatsProvider returns node and pod stats measured at or after notBefore;
+// with a zero notBefore, the last measurement (the agent's is refreshed in
+// the background every housekeeping period).
 type StatsProvider interface {
-	Stats(ctx context.Context) (Stats, error)
+	Stats(ctx context.Context, notBefore time.Time) (Stats, error)
 }
 
 // NodeReclaimer frees node-level disk resources before pods are evicted.
@@ -69,8 +71,12 @@ type Manager struct {
 	activePods func() []*v1.Pod
 	recorder   EventRecorder
 
-	syncMu  sync.Mutex // serialises synchronize; guards tracker
+	syncMu  sync.Mutex // serialises synchronize; guards tracker and freedAt
 	tracker *Tracker
+	// freedAt is when the manager last freed resources (reclaimed or
+	// evicted): stats measured before it still count what was freed, so a
+	// cycle reading them would evict again for pressure already relieved.
+	freedAt time.Time
 
 	mu         sync.RWMutex
 	conditions []v1.NodeConditionType
@@ -174,7 +180,7 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 	if len(m.cfg.Thresholds) == 0 && !m.cfg.LocalStorageCapacityIsolation {
 		return Decision{Explanation: "no thresholds configured"}, nil
 	}
-	stats, err := m.stats.Stats(ctx)
+	stats, err := m.stats.Stats(ctx, m.freedAt)
 	if err != nil {
 		return Decision{}, fmt.Errorf("getting stats for the eviction cycle: %w", err)
 	}
@@ -217,7 +223,8 @@ func (m *Manager) Synchronize(ctx context.Context) (Decision, error) {
 		m.nodeEvent(v1.EventTypeWarning, "EvictionThresholdMet", "Attempting to reclaim %s", res0)
 		klog.InfoS("Eviction manager: reclaiming node-level resources", "explanation", d.Explanation)
 		m.reclaim(ctx, d.Reclaim)
-		stats, err = m.stats.Stats(ctx)
+		m.freedAt = m.clock.Now()
+		stats, err = m.stats.Stats(ctx, m.freedAt)
 		if err != nil {
 			return d, fmt.Errorf("getting stats after node-level reclaim: %w", err)
 		}
@@ -273,7 +280,10 @@ func (m *Manager) evict(ctx context.Context, pod *v1.Pod, grace int64, status v1
 	if m.recorder != nil {
 		m.recorder.AnnotatedEventf(pod, annotations, v1.EventTypeWarning, Reason, "%s", event)
 	}
-	if err := m.killer.EvictPod(ctx, pod, grace, status); err != nil {
+	err := m.killer.EvictPod(ctx, pod, grace, status)
+	// Even a failed stop may have freed some of what the pod held.
+	m.freedAt = m.clock.Now()
+	if err != nil {
 		return fmt.Errorf("evicting pod %s: %w", podKey(pod), err)
 	}
 	if m.evictions != nil {

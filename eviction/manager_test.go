@@ -23,9 +23,11 @@ type fakeNode struct {
 	mu        sync.Mutex
 	stats     Stats
 	calls     int
+	notBefore []time.Time // what each Stats call asked for
 	reclaimed []string
 	// onReclaim changes the stats as a reclaim would.
 	onReclaim func(s *Stats)
+	onEvict   func() // runs as EvictPod stops the pod
 	evicted   []string
 	graces    []int64
 	statuses  []v1.PodStatus
@@ -35,10 +37,11 @@ type fakeNode struct {
 	evictErr  map[string]error // by pod name
 }
 
-func (f *fakeNode) Stats(context.Context) (Stats, error) {
+func (f *fakeNode) Stats(_ context.Context, notBefore time.Time) (Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	f.notBefore = append(f.notBefore, notBefore)
 	if f.synced != nil {
 		select {
 		case f.synced <- struct{}{}:
@@ -71,6 +74,9 @@ func (f *fakeNode) EvictPod(_ context.Context, pod *v1.Pod, grace int64, st v1.P
 	f.evicted = append(f.evicted, pod.Name)
 	f.graces = append(f.graces, grace)
 	f.statuses = append(f.statuses, st)
+	if f.onEvict != nil {
+		f.onEvict()
+	}
 	return f.evictErr[pod.Name]
 }
 
@@ -413,5 +419,47 @@ func TestManagerLocalStorageCriticalPodLeftAlone(t *testing.T) {
 	}
 	if strings.Join(node.evicted, ",") != "other" {
 		t.Errorf("evicted %v, want only the node-pressure victim", node.evicted)
+	}
+}
+
+// TestManagerAsksForStatsNewerThanWhatItFreed: a quiet cycle takes the last
+// (cached) measurement; after a reclaim it re-reads stats measured after it,
+// and the cycle after an eviction asks for stats measured after the evicted
+// pod stopped, so it does not evict again for pressure already relieved.
+func TestManagerAsksForStatsNewerThanWhatItFreed(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	pod := newPod("writer")
+	node := &fakeNode{stats: diskNode(500)}
+	node.stats.Pods = []PodStats{diskStats(pod, 100, 0, 300)}
+	m := mustManager(t)(NewManager(Config{Thresholds: mustParse(t, map[string]string{"nodefs.available": "10%"})},
+		clk, node, node, node, func() []*v1.Pod { return []*v1.Pod{pod} }, nil))
+	ctx := context.Background()
+
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(10 * time.Second)
+	node.mu.Lock()
+	node.stats.NodeFs.AvailableBytes = u(50)
+	node.onReclaim = func(s *Stats) { clk.Step(time.Second); s.NodeFs.AvailableBytes = u(60) } // not enough
+	node.onEvict = func() { clk.Step(2 * time.Second) }
+	node.mu.Unlock()
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.evicted) != 1 {
+		t.Fatalf("evicted %v, want the writer", node.evicted)
+	}
+	clk.Step(10 * time.Second)
+	if _, err := m.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Cycle 2 reclaims (1s) and evicts (2s); cycle 3, still under pressure,
+	// reclaims again after asking for stats newer than the eviction.
+	reclaimed, evicted, reclaimedAgain := t0.Add(11*time.Second), t0.Add(13*time.Second), t0.Add(24*time.Second)
+	want := []time.Time{{}, {}, reclaimed, evicted, reclaimedAgain}
+	if !slices.EqualFunc(node.notBefore, want, time.Time.Equal) {
+		t.Errorf("stats asked not before %v, want %v", node.notBefore, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -736,5 +737,55 @@ func TestRequestReinspectRefreshesUnchangedPod(t *testing.T) {
 	}
 	if evs := h.drain(); len(evs) != 0 {
 		t.Fatalf("the reinspection sent events %v", evs)
+	}
+}
+
+// TestRelistCostIsFlatInUnchangedPods: a relist of N unchanged pods is the
+// two list calls and no status call; a change inspects only its pod.
+func TestRelistCostIsFlatInUnchangedPods(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	const n = 30
+	var exiting string
+	for i := range n {
+		uid := fmt.Sprintf("pod-%02d", i)
+		sb := h.runPod(uid)
+		id := h.createContainer(sb, uid, "main", 0, true)
+		h.createContainer(sb, uid, "created", 0, false) // CREATED: an unknown state, unchanged
+		exited := h.createContainer(sb, uid, "init", 0, true)
+		h.fake.ExitContainer(exited, 0, "")
+		if i == 0 {
+			exiting = id
+		}
+	}
+	h.pleg.Relist(ctx)
+	h.drain()
+	count := func() map[string]int {
+		calls := map[string]int{}
+		for _, c := range h.fake.Calls() {
+			calls[c]++
+		}
+		h.fake.ResetCalls()
+		return calls
+	}
+
+	h.fake.ResetCalls()
+	for range 3 {
+		h.pleg.Relist(ctx)
+	}
+	want := map[string]int{"ListPodSandbox": 3, "ListContainers": 3}
+	if got := count(); !maps.Equal(got, want) {
+		t.Errorf("3 relists of %d unchanged pods made calls %v, want %v", n, got, want)
+	}
+	if evs := h.drain(); len(evs) != 0 {
+		t.Errorf("unchanged pods sent events %v", evs)
+	}
+
+	h.fake.ExitContainer(exiting, 1, "")
+	h.pleg.Relist(ctx)
+	// One pod inspected: its sandbox and its three containers.
+	want = map[string]int{"ListPodSandbox": 1, "ListContainers": 1, "PodSandboxStatus": 1, "ContainerStatus": 3}
+	if got := count(); !maps.Equal(got, want) {
+		t.Errorf("a relist with one changed pod made calls %v, want %v", got, want)
 	}
 }

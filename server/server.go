@@ -39,7 +39,9 @@ type Runtime interface {
 	PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error)
 }
 
-// SummaryProvider measures the node and its pods (/stats/summary, /metrics/resource).
+// SummaryProvider returns the node and pod stats (/stats/summary,
+// /metrics/resource): the agent's is the last background measurement
+// (stats.Cache), shared by every reader, so handlers must not change it.
 type SummaryProvider interface {
 	Summary(ctx context.Context) (*statsv1alpha1.Summary, error)
 }

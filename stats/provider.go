@@ -1,7 +1,8 @@
 // Package stats measures the node and its pods: memory, CPU and process counts from
 // the kernel (procfs, cgroupfs), filesystems by statfs, container usage from the CRI
 // runtime and volume and log usage from disk. It builds the kubelet's Summary
-// (stats/v1alpha1), which /stats/summary serves and the eviction manager reads.
+// (stats/v1alpha1), measured in the background by Cache, whose last
+// measurement /stats/summary, /metrics/resource and the eviction manager read.
 package stats
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -27,6 +29,7 @@ type Runtime interface {
 	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)
+	ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error)
 	ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error)
 }
 
@@ -78,8 +81,14 @@ type Provider struct {
 	clock clock.PassiveClock
 	fs    fsInfo
 
+	// noSandboxStats: the runtime answered ListPodSandboxStats with
+	// Unimplemented, or failed it maxSandboxStatsFailures times in a row, so it
+	// is not asked again; sandboxStatsFailures counts those failures.
+	noSandboxStats       atomic.Bool
+	sandboxStatsFailures atomic.Int32
+
 	mu      sync.Mutex
-	lastCPU map[string]cpuSample // by container ID, plus "" for the node
+	lastCPU map[string]cpuSample // by container ID, sandboxKey(sandbox ID), and "" for the node
 }
 
 type cpuSample struct {
@@ -212,13 +221,9 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 	if err != nil {
 		return nil, fmt.Errorf("listing containers for stats: %w", err)
 	}
-	cstats, err := p.rt.ListContainerStats(ctx, nil)
+	byID, bySandbox, err := p.runtimeStats(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing container stats: %w", err)
-	}
-	byID := make(map[string]*runtimeapi.ContainerStats, len(cstats))
-	for _, s := range cstats {
-		byID[s.GetAttributes().GetId()] = s
+		return nil, err
 	}
 	known := map[types.UID]*v1.Pod{}
 	if p.pods != nil {
@@ -229,9 +234,10 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 	mt := metav1.NewTime(now)
 
 	type podAcc struct {
-		stats   statsapi.PodStats
-		created int64
-		ready   bool
+		stats     statsapi.PodStats
+		sandboxID string
+		created   int64
+		ready     bool
 	}
 	acc := map[types.UID]*podAcc{}
 	var order []types.UID
@@ -248,7 +254,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 			acc[uid] = a
 			order = append(order, uid)
 		}
-		a.created, a.ready = sb.GetCreatedAt(), ready
+		a.created, a.ready, a.sandboxID = sb.GetCreatedAt(), ready, sb.GetId()
 		a.stats.PodRef = statsapi.PodReference{Name: sb.GetMetadata().GetName(), Namespace: sb.GetMetadata().GetNamespace(), UID: string(uid)}
 		a.stats.StartTime = metav1.NewTime(time.Unix(0, sb.GetCreatedAt()))
 	}
@@ -288,7 +294,6 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		}
 		a.stats.Containers = append(a.stats.Containers, cs)
 	}
-	p.forgetCPU(seenCPU)
 
 	out := make([]statsapi.PodStats, 0, len(order))
 	for _, uid := range order {
@@ -305,20 +310,140 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		ps.Memory = sumMemory(ps.Containers, mt)
 		ps.CPU = sumCPU(ps.Containers, mt)
 		ps.EphemeralStorage = ephemeral(ps, known[uid], p.etcHostsStats(uid, mt), mt)
+		// The runtime's pod stats measure the pod cgroup, which also counts the
+		// sandbox and tmpfs pages; without them nodelet reads the pod cgroup itself.
+		fromRuntime := false
+		if sbs := bySandbox[a.sandboxID].GetLinux(); sbs != nil {
+			fromRuntime = p.applySandboxStats(&ps, a.sandboxID, sbs, now)
+			if sbs.GetCpu() != nil {
+				seenCPU[sandboxKey(a.sandboxID)] = true
+			}
+		}
 		if pod := known[uid]; pod != nil && p.cfg.PodCgroup != nil {
 			if dir := p.cfg.PodCgroup(pod); dir != "" {
-				if m := p.cgroupMemory(dir, mt); m != nil {
-					ps.Memory = m // the pod cgroup also counts the sandbox and tmpfs pages
+				if !fromRuntime {
+					if m := p.cgroupMemory(dir, mt); m != nil {
+						ps.Memory = m
+					}
 				}
 				ps.Swap = p.cgroupSwap(dir, mt)
-				if n, ok := p.cgroupPIDs(dir); ok {
-					ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
+				if ps.ProcessStats == nil {
+					if n, ok := p.cgroupPIDs(dir); ok {
+						ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
+					}
 				}
 			}
 		}
 		out = append(out, ps)
 	}
+	p.forgetCPU(seenCPU)
 	return out, nil
+}
+
+// maxSandboxStatsFailures is how many ListPodSandboxStats failures in a row
+// make the provider stop asking: containerd fails the whole call when one
+// sandbox cannot be measured (its cgroup cannot be loaded, say), and a call
+// that always fails would double every measurement's cost.
+const maxSandboxStatsFailures = 3
+
+// runtimeStats gets every pod's and container's usage in one call:
+// ListPodSandboxStats where the runtime has it (pod CPU, memory, network and
+// process count, with its containers' stats), else ListContainerStats. A
+// runtime answering Unimplemented is not asked for pod stats again; another
+// error falls back for this measurement (for good after
+// maxSandboxStatsFailures in a row).
+func (p *Provider) runtimeStats(ctx context.Context) (map[string]*runtimeapi.ContainerStats, map[string]*runtimeapi.PodSandboxStats, error) {
+	if !p.noSandboxStats.Load() {
+		list, err := p.rt.ListPodSandboxStats(ctx, nil)
+		switch {
+		case err == nil:
+			p.sandboxStatsFailures.Store(0)
+			byID := map[string]*runtimeapi.ContainerStats{}
+			bySandbox := make(map[string]*runtimeapi.PodSandboxStats, len(list))
+			for _, s := range list {
+				bySandbox[s.GetAttributes().GetId()] = s
+				for _, c := range s.GetLinux().GetContainers() {
+					byID[c.GetAttributes().GetId()] = c
+				}
+			}
+			return byID, bySandbox, nil
+		case cri.IsUnimplemented(err):
+			p.noSandboxStats.Store(true)
+			klog.InfoS("The runtime does not implement ListPodSandboxStats; measuring pods by ListContainerStats and their cgroups")
+		case ctx.Err() != nil:
+			return nil, nil, fmt.Errorf("listing pod sandbox stats: %w", err)
+		case p.sandboxStatsFailures.Add(1) >= maxSandboxStatsFailures:
+			p.noSandboxStats.Store(true)
+			klog.InfoS("ListPodSandboxStats keeps failing; measuring pods by ListContainerStats and their cgroups from now on", "failures", maxSandboxStatsFailures, "err", err)
+		default:
+			klog.V(2).InfoS("ListPodSandboxStats failed; using ListContainerStats for this measurement", "err", err)
+		}
+	}
+	cstats, err := p.rt.ListContainerStats(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing container stats: %w", err)
+	}
+	byID := make(map[string]*runtimeapi.ContainerStats, len(cstats))
+	for _, s := range cstats {
+		byID[s.GetAttributes().GetId()] = s
+	}
+	return byID, nil, nil
+}
+
+// sandboxKey keys a pod sandbox's CPU samples apart from its containers'.
+func sandboxKey(sandboxID string) string { return "sandbox/" + sandboxID }
+
+// applySandboxStats sets the pod's CPU, network, process count and (when the
+// runtime measured its working set) memory from the runtime's pod sandbox
+// stats, and reports whether memory came from them.
+func (p *Provider) applySandboxStats(ps *statsapi.PodStats, sandboxID string, s *runtimeapi.LinuxPodSandboxStats, now time.Time) bool {
+	mt := metav1.NewTime(now)
+	if cpu := p.criCPU(sandboxKey(sandboxID), s.GetCpu(), now); cpu != nil {
+		ps.CPU = cpu
+	}
+	if n := criNetwork(s.GetNetwork(), mt); n != nil {
+		ps.Network = n
+	}
+	if pc := s.GetProcess().GetProcessCount(); pc != nil {
+		ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: ptrTo(pc.GetValue())}
+	}
+	if m := criMemory(s.GetMemory(), mt); m != nil && m.WorkingSetBytes != nil {
+		ps.Memory = m
+		return true
+	}
+	return false
+}
+
+// criNetwork maps the runtime's pod network usage: the default interface's
+// counters, and every interface's.
+func criNetwork(n *runtimeapi.NetworkUsage, mt metav1.Time) *statsapi.NetworkStats {
+	if n == nil || (n.GetDefaultInterface() == nil && len(n.GetInterfaces()) == 0) {
+		return nil
+	}
+	iface := func(i *runtimeapi.NetworkInterfaceUsage) statsapi.InterfaceStats {
+		out := statsapi.InterfaceStats{Name: i.GetName()}
+		if v := i.GetRxBytes(); v != nil {
+			out.RxBytes = ptrTo(v.GetValue())
+		}
+		if v := i.GetRxErrors(); v != nil {
+			out.RxErrors = ptrTo(v.GetValue())
+		}
+		if v := i.GetTxBytes(); v != nil {
+			out.TxBytes = ptrTo(v.GetValue())
+		}
+		if v := i.GetTxErrors(); v != nil {
+			out.TxErrors = ptrTo(v.GetValue())
+		}
+		return out
+	}
+	out := &statsapi.NetworkStats{Time: mt}
+	if d := n.GetDefaultInterface(); d != nil {
+		out.InterfaceStats = iface(d)
+	}
+	for _, i := range n.GetInterfaces() {
+		out.Interfaces = append(out.Interfaces, iface(i))
+	}
+	return out
 }
 
 // volumeStats measures the pod's volume directories on nodefs. Volumes on another

@@ -2,11 +2,15 @@ package stats
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +26,29 @@ type fakeRuntime struct {
 	containers []*runtimeapi.Container
 	stats      []*runtimeapi.ContainerStats
 	imageFs    *runtimeapi.ImageFsInfoResponse
+	// sandboxStats answers ListPodSandboxStats; nil: Unimplemented, as a
+	// runtime without it. sandboxStatsErr, if set, is answered instead.
+	sandboxStats    []*runtimeapi.PodSandboxStats
+	sandboxStatsErr error
+	calls           map[string]int
+}
+
+func (f *fakeRuntime) call(m string) {
+	if f.calls == nil {
+		f.calls = map[string]int{}
+	}
+	f.calls[m]++
+}
+
+func (f *fakeRuntime) ListPodSandboxStats(context.Context, *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	f.call("ListPodSandboxStats")
+	if f.sandboxStatsErr != nil {
+		return nil, f.sandboxStatsErr
+	}
+	if f.sandboxStats == nil {
+		return nil, fmt.Errorf("listing pod sandbox stats: %w", status.Error(codes.Unimplemented, "not implemented"))
+	}
+	return f.sandboxStats, nil
 }
 
 func (f *fakeRuntime) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
@@ -31,6 +58,7 @@ func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilte
 	return f.containers, nil
 }
 func (f *fakeRuntime) ListContainerStats(context.Context, *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	f.call("ListContainerStats")
 	return f.stats, nil
 }
 func (f *fakeRuntime) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
@@ -405,6 +433,119 @@ func TestEphemeralStorageCountsLocalEphemeralVolumes(t *testing.T) {
 			// check reads its volume's figure from here.
 			if len(ps.VolumeStats) != 5 {
 				t.Errorf("volume stats = %d entries, want all 5", len(ps.VolumeStats))
+			}
+		})
+	}
+}
+
+// onePod is a node running pod a (sandbox sb-a, running container c1) with a
+// pod cgroup saying working set 8000 and 7 processes.
+func onePod(t *testing.T) (Config, *fakeRuntime, *v1.Pod) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{
+		RootDir: filepath.Join(dir, "root"), PodLogsDir: filepath.Join(dir, "logs"),
+		ProcRoot: filepath.Join(dir, "proc"), CgroupRoot: filepath.Join(dir, "cgroup"),
+		PodCgroup: func(*v1.Pod) string { return "/kubepods/poduid-a" },
+	}
+	write(t, filepath.Join(cfg.ProcRoot, "meminfo"), "MemTotal: 1000 kB\nMemFree: 500 kB\n")
+	write(t, filepath.Join(cfg.RootDir, "pods/uid-a/etc-hosts"), "127.0.0.1 localhost\n")
+	write(t, filepath.Join(cfg.CgroupRoot, "memory/kubepods/poduid-a/memory.usage_in_bytes"), "9000\n")
+	write(t, filepath.Join(cfg.CgroupRoot, "memory/kubepods/poduid-a/memory.stat"), "total_inactive_file 1000\n")
+	write(t, filepath.Join(cfg.CgroupRoot, "pids/kubepods/poduid-a/pids.current"), "7\n")
+	rt := &fakeRuntime{
+		sandboxes: []*runtimeapi.PodSandbox{{Id: "sb-a", Metadata: &runtimeapi.PodSandboxMetadata{Name: "a", Namespace: "ns", Uid: "uid-a"},
+			State: runtimeapi.PodSandboxState_SANDBOX_READY}},
+		containers: []*runtimeapi.Container{{Id: "c1", PodSandboxId: "sb-a", Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+			State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: map[string]string{cri.LabelPodUID: "uid-a"}}},
+		stats: []*runtimeapi.ContainerStats{{Attributes: &runtimeapi.ContainerAttributes{Id: "c1"},
+			Memory: &runtimeapi.MemoryUsage{WorkingSetBytes: u64(4000)}}},
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"}}
+	return cfg, rt, pod
+}
+
+func TestSnapshotFromPodSandboxStats(t *testing.T) {
+	cfg, rt, pod := onePod(t)
+	sandboxStats := func(cpu uint64) []*runtimeapi.PodSandboxStats {
+		return []*runtimeapi.PodSandboxStats{{
+			Attributes: &runtimeapi.PodSandboxAttributes{Id: "sb-a"},
+			Linux: &runtimeapi.LinuxPodSandboxStats{
+				Cpu:    &runtimeapi.CpuUsage{UsageCoreNanoSeconds: u64(cpu)},
+				Memory: &runtimeapi.MemoryUsage{WorkingSetBytes: u64(6000), UsageBytes: u64(6500)},
+				Network: &runtimeapi.NetworkUsage{DefaultInterface: &runtimeapi.NetworkInterfaceUsage{Name: "eth0", RxBytes: u64(100), TxBytes: u64(200)},
+					Interfaces: []*runtimeapi.NetworkInterfaceUsage{{Name: "eth0", RxBytes: u64(100), TxBytes: u64(200)}}},
+				Process: &runtimeapi.ProcessUsage{ProcessCount: u64(3)},
+				Containers: []*runtimeapi.ContainerStats{{Attributes: &runtimeapi.ContainerAttributes{Id: "c1"},
+					Memory:        &runtimeapi.MemoryUsage{WorkingSetBytes: u64(5000)},
+					WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: u64(12345)}}},
+			},
+		}}
+	}
+	rt.sandboxStats = sandboxStats(3e9)
+	clk := clocktesting.NewFakeClock(time.Unix(2000, 0))
+	p := New(cfg, rt, func() []*v1.Pod { return []*v1.Pod{pod} }, clk)
+	s, err := p.Summary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pods) != 1 || len(s.Pods[0].Containers) != 1 {
+		t.Fatalf("pods = %+v, want pod a with its container", s.Pods)
+	}
+	ps := s.Pods[0]
+	if c := ps.Containers[0]; *c.Memory.WorkingSetBytes != 5000 || c.Rootfs == nil || *c.Rootfs.UsedBytes != 12345 {
+		t.Errorf("container = %+v, want the sandbox stats' (working set 5000, rootfs 12345)", c)
+	}
+	if *ps.Memory.WorkingSetBytes != 6000 || *ps.CPU.UsageCoreNanoSeconds != 3e9 || *ps.ProcessStats.ProcessCount != 3 {
+		t.Errorf("pod memory %d cpu %d processes %d, want the runtime's 6000, 3e9, 3 (not the cgroup's 8000 and 7)",
+			*ps.Memory.WorkingSetBytes, *ps.CPU.UsageCoreNanoSeconds, *ps.ProcessStats.ProcessCount)
+	}
+	if ps.Network == nil || ps.Network.Name != "eth0" || *ps.Network.RxBytes != 100 || len(ps.Network.Interfaces) != 1 || *ps.Network.Interfaces[0].TxBytes != 200 {
+		t.Errorf("network = %+v, want eth0 rx 100 tx 200", ps.Network)
+	}
+	if ps.CPU.UsageNanoCores != nil {
+		t.Errorf("first sample has a pod CPU rate %d", *ps.CPU.UsageNanoCores)
+	}
+	clk.Step(2 * time.Second)
+	rt.sandboxStats = sandboxStats(5e9)
+	if s, err = p.Summary(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Pods[0].CPU.UsageNanoCores; r == nil || *r != 1e9 {
+		t.Errorf("pod CPU rate = %v, want 1e9 (2s of CPU over 2s)", r)
+	}
+	if rt.calls["ListContainerStats"] != 0 || rt.calls["ListPodSandboxStats"] != 2 {
+		t.Errorf("calls %v, want ListPodSandboxStats only", rt.calls)
+	}
+}
+
+func TestSandboxStatsFallback(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		// wantSandboxCalls is how many of 5 measurements ask ListPodSandboxStats.
+		wantSandboxCalls int
+	}{
+		{"Unimplemented: asked once", nil, 1},
+		{"failing: asked until it failed 3 times in a row", errors.New("sandbox sb-x: cgroup not found"), maxSandboxStatsFailures},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, rt, pod := onePod(t)
+			rt.sandboxStatsErr = tt.err
+			p := New(cfg, rt, func() []*v1.Pod { return []*v1.Pod{pod} }, clocktesting.NewFakeClock(time.Unix(2000, 0)))
+			for range 5 {
+				s, err := p.Summary(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps := s.Pods[0]
+				if *ps.Containers[0].Memory.WorkingSetBytes != 4000 || *ps.Memory.WorkingSetBytes != 8000 || *ps.ProcessStats.ProcessCount != 7 {
+					t.Fatalf("pod = %+v, want the container's stats from ListContainerStats and the pod's from its cgroup", ps)
+				}
+			}
+			if rt.calls["ListPodSandboxStats"] != tt.wantSandboxCalls || rt.calls["ListContainerStats"] != 5 {
+				t.Errorf("calls %v, want ListPodSandboxStats %d times, ListContainerStats 5", rt.calls, tt.wantSandboxCalls)
 			}
 		})
 	}

@@ -44,7 +44,11 @@ import (
 //   - PullImage succeeds for any reference; use InjectError to make it fail, or
 //     RequireAuth to make a repository private (then only its credential pulls).
 //   - ContainerStats reports the memory usage SetMemoryUsage set (Unimplemented
-//     before); other stats, streaming (Exec/Attach/PortForward URLs),
+//     before); ListContainerStats reports every container with a memory usage
+//     set; ListPodSandboxStats answers Unimplemented (as a runtime without it)
+//     until SetSandboxStats(true), then reports every READY sandbox: its
+//     running containers' stats, their memory summed and their count as the
+//     process count. Other stats, streaming (Exec/Attach/PortForward URLs),
 //     checkpoint/restore and the Stream* list RPCs answer Unimplemented.
 type Runtime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
@@ -73,6 +77,8 @@ type Runtime struct {
 	nextIP      int
 	lastTime    int64
 	podCIDR     string
+	// sandboxStats: ListPodSandboxStats is implemented (SetSandboxStats).
+	sandboxStats bool
 }
 
 type fakeSandbox struct {
@@ -820,10 +826,73 @@ func (f *Runtime) ContainerStats(_ context.Context, req *runtimeapi.ContainerSta
 	if c.memory == nil {
 		return nil, status.Error(codes.Unimplemented, "method ContainerStats not implemented")
 	}
-	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
+	return &runtimeapi.ContainerStatsResponse{Stats: f.containerStatsLocked(c)}, nil
+}
+
+func (f *Runtime) containerStatsLocked(c *fakeContainer) *runtimeapi.ContainerStats {
+	return &runtimeapi.ContainerStats{
 		Attributes: &runtimeapi.ContainerAttributes{Id: c.id, Metadata: proto.Clone(c.config.GetMetadata()).(*runtimeapi.ContainerMetadata)},
-		Memory:     &runtimeapi.MemoryUsage{Timestamp: f.nowLocked(), UsageBytes: &runtimeapi.UInt64Value{Value: *c.memory}},
-	}}, nil
+		Memory: &runtimeapi.MemoryUsage{Timestamp: f.nowLocked(),
+			UsageBytes: &runtimeapi.UInt64Value{Value: *c.memory}, WorkingSetBytes: &runtimeapi.UInt64Value{Value: *c.memory}},
+	}
+}
+
+func (f *Runtime) ListContainerStats(_ context.Context, _ *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*runtimeapi.ContainerStats
+	for _, c := range f.sortedContainersLocked() {
+		if c.memory != nil {
+			out = append(out, f.containerStatsLocked(c))
+		}
+	}
+	return &runtimeapi.ListContainerStatsResponse{Stats: out}, nil
+}
+
+// SetSandboxStats makes ListPodSandboxStats implemented (on) or Unimplemented.
+func (f *Runtime) SetSandboxStats(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sandboxStats = on
+}
+
+func (f *Runtime) ListPodSandboxStats(_ context.Context, _ *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.sandboxStats {
+		return nil, status.Error(codes.Unimplemented, "method ListPodSandboxStats not implemented")
+	}
+	bySandbox := map[string]*runtimeapi.PodSandboxStats{}
+	var out []*runtimeapi.PodSandboxStats
+	for _, s := range f.sandboxes {
+		if s.state != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		ps := &runtimeapi.PodSandboxStats{
+			Attributes: &runtimeapi.PodSandboxAttributes{Id: s.id, Metadata: proto.Clone(s.config.GetMetadata()).(*runtimeapi.PodSandboxMetadata),
+				Labels: maps.Clone(s.config.GetLabels())},
+			Linux: &runtimeapi.LinuxPodSandboxStats{
+				Memory:  &runtimeapi.MemoryUsage{Timestamp: f.nowLocked(), WorkingSetBytes: &runtimeapi.UInt64Value{}, UsageBytes: &runtimeapi.UInt64Value{}},
+				Process: &runtimeapi.ProcessUsage{Timestamp: f.nowLocked(), ProcessCount: &runtimeapi.UInt64Value{}},
+			},
+		}
+		bySandbox[s.id] = ps
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b *runtimeapi.PodSandboxStats) int { return cmp.Compare(a.GetAttributes().GetId(), b.GetAttributes().GetId()) })
+	for _, c := range f.sortedContainersLocked() {
+		ps := bySandbox[c.sandboxID]
+		if ps == nil || c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		ps.Linux.Process.ProcessCount.Value++
+		if c.memory != nil {
+			ps.Linux.Containers = append(ps.Linux.Containers, f.containerStatsLocked(c))
+			ps.Linux.Memory.WorkingSetBytes.Value += *c.memory
+			ps.Linux.Memory.UsageBytes.Value += *c.memory
+		}
+	}
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: out}, nil
 }
 
 func (f *Runtime) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {

@@ -57,21 +57,26 @@ func TestCSIVolumeStats(t *testing.T) {
 		t.Errorf("used %v > capacity %v", used, capacity)
 	}
 
-	var summary statsapi.Summary
-	if err := json.Unmarshal([]byte(mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+f.Env.NodeName+"/proxy/stats/summary")), &summary); err != nil {
-		t.Fatalf("decoding the Summary: %v", err)
-	}
+	// The Summary is measured in the background every housekeeping period
+	// (10s): it may show the claim up to a period after /metrics does.
 	var vol *statsapi.VolumeStats
-	for _, ps := range summary.Pods {
-		if ps.PodRef.Namespace != ns || ps.PodRef.Name != "writer" {
-			continue
+	_ = framework.WaitFor(ctx, 30*time.Second, "the claim's volume data in the Summary", func(ctx context.Context) (bool, error) {
+		var summary statsapi.Summary
+		if err := json.Unmarshal([]byte(mustKubectl(t, ctx, f, "get", "--raw", "/api/v1/nodes/"+f.Env.NodeName+"/proxy/stats/summary")), &summary); err != nil {
+			t.Fatalf("decoding the Summary: %v", err)
 		}
-		for i := range ps.VolumeStats {
-			if ps.VolumeStats[i].Name == "data" {
-				vol = &ps.VolumeStats[i]
+		for _, ps := range summary.Pods {
+			if ps.PodRef.Namespace != ns || ps.PodRef.Name != "writer" {
+				continue
+			}
+			for i := range ps.VolumeStats {
+				if ps.VolumeStats[i].Name == "data" {
+					vol = &ps.VolumeStats[i]
+				}
 			}
 		}
-	}
+		return vol != nil, nil
+	})
 	switch {
 	case vol == nil:
 		t.Errorf("the Summary has no volume data of %s/writer", ns)

@@ -13,6 +13,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -278,19 +279,39 @@ func TestKubeletAPI(t *testing.T) {
 			t.Errorf("/pods lists %v in %s", names, ns)
 		}
 		// Stats come from the stats provider when one is wired; without one the
-		// endpoints say so with a 503.
-		out, err := kubectl(ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/metrics/resource")
-		switch {
-		case err != nil && strings.Contains(out, "ServiceUnavailable"):
-			t.Logf("/metrics/resource: no stats provider wired (503)")
-		case err != nil:
-			t.Errorf("/metrics/resource: %v", err)
-		default:
-			for _, m := range []string{"node_cpu_usage_seconds_total", "node_memory_working_set_bytes", "container_cpu_usage_seconds_total", "resource_scrape_error 0"} {
+		// endpoints say so with a 503. They are measured in the background every
+		// housekeeping period (10s): the pods started above may take that long to
+		// show.
+		want := []string{"node_cpu_usage_seconds_total", "node_memory_working_set_bytes", "container_cpu_usage_seconds_total", "resource_scrape_error 0"}
+		errNoProvider := errors.New("no stats provider wired (503)")
+		var werr error
+		_ = framework.WaitFor(ctx, 30*time.Second, "the pods' resource metrics", func(ctx context.Context) (bool, error) {
+			out, err := kubectl(ctx, f, "get", "--raw", "/api/v1/nodes/"+node+"/proxy/metrics/resource")
+			switch {
+			case err != nil && strings.Contains(out, "ServiceUnavailable"):
+				werr = errNoProvider
+				return true, nil
+			case err != nil:
+				werr = fmt.Errorf("%w: %s", err, out)
+				return false, nil
+			}
+			var missing []string
+			for _, m := range want {
 				if !strings.Contains(out, m) {
-					t.Errorf("/metrics/resource has no %s:\n%s", m, out)
+					missing = append(missing, m)
 				}
 			}
+			werr = nil
+			if len(missing) > 0 {
+				werr = fmt.Errorf("no %v in:\n%s", missing, out)
+			}
+			return werr == nil, nil
+		})
+		switch {
+		case errors.Is(werr, errNoProvider):
+			t.Logf("/metrics/resource: %v", werr)
+		case werr != nil:
+			t.Errorf("/metrics/resource: %v", werr)
 		}
 	})
 

@@ -130,14 +130,21 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("recording the resources of container %s: %w", c.Name, err)
 	}
+	release, err := m.startSlot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting to create container %s: %w", c.Name, err)
+	}
 	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
 	if err != nil {
+		release()
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 		return &podstatus.Waiting{Reason: "CreateContainerError", Message: err.Error()}, fmt.Errorf("creating container %s: %w", c.Name, err)
 	}
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
-	if err := m.rt.StartContainer(ctx, id); err != nil {
+	err = m.rt.StartContainer(ctx, id)
+	release()
+	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 		return &podstatus.Waiting{Reason: "RunContainerError", Message: err.Error()}, fmt.Errorf("starting container %s: %w", c.Name, err)

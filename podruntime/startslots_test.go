@@ -1,0 +1,109 @@
+package podruntime
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/pleg"
+)
+
+// gatedStarts holds every RunPodSandbox and CreateContainer until open is closed and
+// counts how many are held at once.
+type gatedStarts struct {
+	Runtime
+	open           chan struct{}
+	inFlight, most atomic.Int32
+}
+
+func (g *gatedStarts) hold() func() {
+	now := g.inFlight.Add(1)
+	for {
+		m := g.most.Load()
+		if now <= m || g.most.CompareAndSwap(m, now) {
+			break
+		}
+	}
+	<-g.open
+	return func() { g.inFlight.Add(-1) }
+}
+
+func (g *gatedStarts) RunPodSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+	defer g.hold()()
+	return g.Runtime.RunPodSandbox(ctx, cfg, handler)
+}
+
+func (g *gatedStarts) CreateContainer(ctx context.Context, sb string, cfg *runtimeapi.ContainerConfig, sbCfg *runtimeapi.PodSandboxConfig) (string, error) {
+	defer g.hold()()
+	return g.Runtime.CreateContainer(ctx, sb, cfg, sbCfg)
+}
+
+func TestRuntimeStartsAreBounded(t *testing.T) {
+	for _, bound := range []int{0, 2} {
+		t.Run(fmt.Sprintf("MaxRuntimeStarts=%d", bound), func(t *testing.T) {
+			r := newSyncRig(t)
+			gate := &gatedStarts{Runtime: r.client, open: make(chan struct{})}
+			cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), MaxRuntimeStarts: bound}
+			m := New(cfg, gate, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
+				record.NewFakeRecorder(1000), clock.RealClock{})
+			const pods = 5
+			var wg sync.WaitGroup
+			errs := make(chan error, pods)
+			for i := range pods {
+				pod := syncPod(fmt.Sprintf("p%d", i), v1.RestartPolicyAlways, nil, "app")
+				wg.Go(func() {
+					if _, err := m.SyncPod(context.Background(), pod, &pleg.PodStatus{UID: pod.UID}); err != nil {
+						errs <- fmt.Errorf("sync of %s: %w", pod.Name, err)
+					}
+				})
+			}
+			want := int32(bound)
+			if bound == 0 {
+				want = pods
+			}
+			eventually.True(t, "runtime calls held", func() bool { return gate.inFlight.Load() == want })
+			close(gate.open)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			if got := gate.most.Load(); got != want {
+				t.Errorf("at most %d sandbox or container creations at once, want %d", got, want)
+			}
+			for i := range pods {
+				pod := syncPod(fmt.Sprintf("p%d", i), v1.RestartPolicyAlways, nil, "app")
+				if got := r.containers(pod, "app"); len(got) != 1 || got[0] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+					t.Errorf("%s: app states %v, want one running", pod.Name, got)
+				}
+			}
+		})
+	}
+}
+
+func TestRuntimeStartWaitEndsWithItsSync(t *testing.T) {
+	r := newSyncRig(t)
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), MaxRuntimeStarts: 1}
+	m := New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
+		record.NewFakeRecorder(1000), clock.RealClock{})
+	release, err := m.startSlot(context.Background()) // the one slot is taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	pod := syncPod("waits", v1.RestartPolicyAlways, nil, "app")
+	if _, err := m.SyncPod(ctx, pod, &pleg.PodStatus{UID: pod.UID}); err == nil {
+		t.Fatal("a cancelled sync waiting for a start slot returned no error")
+	}
+}

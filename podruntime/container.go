@@ -130,7 +130,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("recording the resources of container %s: %w", c.Name, err)
 	}
-	release, err := m.startSlot(ctx)
+	release, err := m.startSlots.acquire(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("waiting to create container %s: %w", c.Name, err)
 	}

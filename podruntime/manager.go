@@ -86,7 +86,8 @@ type Config struct {
 	// MaxRuntimeStarts bounds how many RunPodSandbox calls and container
 	// creations (CreateContainer through StartContainer) run at once; 0 means no
 	// bound. A runtime given a whole burst at once starts it no sooner and
-	// finishes every pod late; in turns, pods come up in the order they came.
+	// finishes every pod late; in turns, pods come up in the order they came
+	// (container creations go first, see startSlots).
 	MaxRuntimeStarts int
 	// RegistryPullQPS and RegistryBurst are registryPullQPS/registryBurst: a token
 	// bucket over image pulls; a pull finding it empty fails with "pull QPS exceeded"
@@ -188,7 +189,7 @@ type Manager struct {
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
 	pullSlots    chan struct{}
-	startSlots   chan struct{}           // nil: MaxRuntimeStarts 0, no bound
+	startSlots   *startSlots
 	pullLimiter  flowcontrol.RateLimiter // nil: registryPullQPS 0, no limit
 }
 
@@ -208,31 +209,13 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 	if cfg.Actuated != nil {
 		actuated = cfg.Actuated
 	}
-	var startSlots chan struct{}
-	if cfg.MaxRuntimeStarts > 0 {
-		startSlots = make(chan struct{}, cfg.MaxRuntimeStarts)
-	}
 	return &Manager{
 		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk, actuated: actuated,
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
-		startSlots:   startSlots,
+		startSlots:   newStartSlots(cfg.MaxRuntimeStarts),
 		pullLimiter:  newPullLimiter(cfg.RegistryPullQPS, cfg.RegistryBurst, clk),
-	}
-}
-
-// startSlot waits for one of the MaxRuntimeStarts slots (none without a bound) and
-// returns its release.
-func (m *Manager) startSlot(ctx context.Context) (release func(), err error) {
-	if m.startSlots == nil {
-		return func() {}, nil
-	}
-	select {
-	case m.startSlots <- struct{}{}:
-		return func() { <-m.startSlots }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 
@@ -394,7 +377,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if handler != "" {
 			logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
 		}
-		release, err := m.startSlot(ctx)
+		release, err := m.startSlots.acquire(ctx, false)
 		if err != nil {
 			return res, fmt.Errorf("waiting to create the pod sandbox: %w", err)
 		}

@@ -95,7 +95,7 @@ func TestRuntimeStartWaitEndsWithItsSync(t *testing.T) {
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), MaxRuntimeStarts: 1}
 	m := New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
 		record.NewFakeRecorder(1000), clock.RealClock{})
-	release, err := m.startSlot(context.Background()) // the one slot is taken
+	release, err := m.startSlots.acquire(context.Background(), false) // the one slot is taken
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,5 +105,48 @@ func TestRuntimeStartWaitEndsWithItsSync(t *testing.T) {
 	pod := syncPod("waits", v1.RestartPolicyAlways, nil, "app")
 	if _, err := m.SyncPod(ctx, pod, &pleg.PodStatus{UID: pod.UID}); err == nil {
 		t.Fatal("a cancelled sync waiting for a start slot returned no error")
+	}
+}
+
+// TestStartSlotsContainersFirst: with the one slot taken, a container creation that
+// arrives after a sandbox creation still gets the slot first; a waiter whose context
+// ends leaves the line without taking a slot.
+func TestStartSlotsContainersFirst(t *testing.T) {
+	s := newStartSlots(1)
+	ctx := context.Background()
+	release, err := s.acquire(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 3)
+	waiter := func(name string, container bool) {
+		rel, err := s.acquire(ctx, container)
+		if err != nil {
+			order <- name + ": " + err.Error()
+			return
+		}
+		order <- name
+		rel()
+	}
+	go waiter("sandbox", false)
+	eventually.True(t, "sandbox waiting", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.sandboxes) == 1 })
+	cctx, cancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() { _, err := s.acquire(cctx, true); gone <- err }()
+	eventually.True(t, "cancelled waiter waiting", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.containers) == 1 })
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("acquire with a cancelled context returned a slot")
+	}
+	go waiter("container", true)
+	eventually.True(t, "container waiting", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.containers) == 1 })
+	release()
+	if first, second := <-order, <-order; first != "container" || second != "sandbox" {
+		t.Fatalf("slots went to %q then %q, want container then sandbox", first, second)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.free != 1 || len(s.containers)+len(s.sandboxes) != 0 {
+		t.Fatalf("after all released: free=%d waiting=%d/%d, want 1 free, none waiting", s.free, len(s.containers), len(s.sandboxes))
 	}
 }

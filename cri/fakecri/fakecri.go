@@ -879,7 +879,9 @@ func (f *Runtime) ListPodSandboxStats(_ context.Context, _ *runtimeapi.ListPodSa
 		bySandbox[s.id] = ps
 		out = append(out, ps)
 	}
-	slices.SortFunc(out, func(a, b *runtimeapi.PodSandboxStats) int { return cmp.Compare(a.GetAttributes().GetId(), b.GetAttributes().GetId()) })
+	slices.SortFunc(out, func(a, b *runtimeapi.PodSandboxStats) int {
+		return cmp.Compare(a.GetAttributes().GetId(), b.GetAttributes().GetId())
+	})
 	for _, c := range f.sortedContainersLocked() {
 		ps := bySandbox[c.sandboxID]
 		if ps == nil || c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {

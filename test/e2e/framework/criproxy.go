@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,13 +26,16 @@ import (
 // CRIProxy sits between a node agent and the runtime: it forwards every CRI call
 // (runtime and image services, unary and streaming) as raw bytes, and can hold one
 // call so that a test stops the agent at an exact point of a pod's start, such as
-// between an init container's CreateContainer and its StartContainer. Give the
-// agent Endpoint as its containerRuntimeEndpoint.
+// between an init container's CreateContainer and its StartContainer, or delay
+// every call (SetDelay) to play a slow runtime. Give the agent Endpoint as its
+// containerRuntimeEndpoint.
 type CRIProxy struct {
 	Endpoint string
 
 	conn   *grpc.ClientConn
 	server *grpc.Server
+	// delay is how long each call waits before it is relayed (a time.Duration).
+	delay atomic.Int64
 
 	mu    sync.Mutex
 	holds []*startHold
@@ -97,6 +102,12 @@ func (p *CRIProxy) HoldStart(namespace, pod, container string) <-chan struct{} {
 	return h.held
 }
 
+// SetDelay makes every call that arrives from now on wait d before it is relayed
+// to the runtime (0: none), as a slow runtime would answer it: calls wait side by
+// side, not one after another; a streaming call waits once, before it opens. A
+// caller that gives up while its call waits gets its context's error.
+func (p *CRIProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
 // created notes the ID of a container a hold waits for.
 func (p *CRIProxy) created(req, resp []byte) {
 	var in runtimeapi.CreateContainerRequest
@@ -141,6 +152,15 @@ func (p *CRIProxy) forward(_ any, ss grpc.ServerStream) error {
 	ctx := ss.Context()
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	if d := time.Duration(p.delay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

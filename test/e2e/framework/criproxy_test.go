@@ -97,3 +97,80 @@ func TestCRIProxyRelaysAndHoldsOneStart(t *testing.T) {
 		t.Fatalf("held container = %v, %v; want it left CREATED", st, err)
 	}
 }
+
+// SetDelay holds every call, unary or streaming, for the delay before the runtime
+// sees it; concurrent calls wait side by side (a slow runtime, not a queue), and
+// SetDelay(0) ends it.
+func TestCRIProxyDelaysEveryCall(t *testing.T) {
+	rt := fakecri.New(t)
+	p := StartCRIProxy(t, rt.Endpoint())
+	conn, err := grpc.NewClient(p.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The first call also dials; its time is not the proxy's.
+	if _, err := c.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	const delay = 300 * time.Millisecond
+	p.SetDelay(delay)
+	start := time.Now()
+	if _, err := c.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < delay {
+		t.Errorf("a unary call through a proxy delaying %v took %v", delay, d)
+	}
+
+	const calls = 5
+	start = time.Now()
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Side by side: well under calls × delay even on a loaded machine.
+	if d := time.Since(start); d < delay || d >= calls*delay {
+		t.Errorf("%d concurrent calls through a proxy delaying %v took %v; want [%v, %v)", calls, delay, d, delay, calls*delay)
+	}
+
+	start = time.Now()
+	events, err := c.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream opens at the runtime only after the delay.
+	eventually.True(t, "the runtime's event subscription through the proxy", func() bool { return rt.EventSubscribers() > 0 })
+	if d := time.Since(start); d < delay {
+		t.Errorf("a streaming call reached the runtime %v after it was made; want at least %v", d, delay)
+	}
+	_ = events
+
+	shortCtx, stop := context.WithTimeout(ctx, delay/3)
+	_, err = c.Version(shortCtx, &runtimeapi.VersionRequest{})
+	stop()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a call whose deadline ends while the proxy delays it = %v, want DeadlineExceeded", err)
+	}
+
+	p.SetDelay(0)
+	start = time.Now()
+	if _, err := c.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= delay {
+		t.Errorf("a call after SetDelay(0) took %v", d)
+	}
+}

@@ -73,13 +73,21 @@ func TestNodeletKilledMidBurst(t *testing.T) {
 	figure(t, "containers_at_kill", len(ctrs))
 	restartAt := time.Now()
 	n.Restart()
-	if errs := <-created; len(errs) > 0 {
-		t.Fatalf("creating %d pods: %d failed, first: %v", count, len(errs), errs[0])
-	}
-
 	// From the restart on, a pod with two live sandboxes or containers was started twice.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	doubles := watchRuntimeDoubles(watchCtx, f.CRI)
+	var doubled []string
+	joinDoubles := func() []string {
+		if doubles != nil {
+			stopWatch()
+			doubled, doubles = <-doubles, nil
+		}
+		return doubled
+	}
+	defer joinDoubles() // also when the test fails early
+	if errs := <-created; len(errs) > 0 {
+		t.Fatalf("creating %d pods: %d failed, first: %v", count, len(errs), errs[0])
+	}
 	pods := waitAllReady(t, ctx, cs, ns, count, 5*time.Minute)
 	figure(t, "all_ready_after_restart", time.Since(restartAt))
 	figure(t, "all_ready_after_first_create", time.Since(start))
@@ -105,13 +113,12 @@ func TestNodeletKilledMidBurst(t *testing.T) {
 		last = p
 		return len(p) == 0, nil
 	})
-	stopWatch()
 	if err != nil {
 		t.Errorf("%v; left:\n  %s", err, strings.Join(last, "\n  "))
 	} else {
 		figure(t, "runtime_clean_after_all_ready", time.Since(waited))
 	}
-	d := <-doubles
+	d := joinDoubles()
 	figure(t, "pods_started_twice", len(d))
 	for _, p := range d {
 		t.Errorf("started twice: %s", p)

@@ -8,12 +8,21 @@
 // Every measured figure is logged as `CHAOS <test> <name>=<value>` (grep CHAOS), with the
 // machine's load average beside it (loadavg=1m/5m/15m): the rig shares its cores.
 //
-// Scenarios of issue 20 and their count flags (main_test.go; pass after -args):
+// Scenarios of issue 20 and their count flags (main_test.go unless named; pass after -args):
 //
 //	1 TestNodeletKilledMidBurst     -chaos.burst=50        SIGKILL once a third of the burst runs
 //	2 TestNodeletRestartWithFullNode -chaos.pods=110        SIGTERM with a full node of probed pods
+//	3 TestRuntimeKilled             -chaos.runtime-running=5 containerd SIGKILLed under running pods,
+//	                                -chaos.runtime-burst=20  then again mid-burst (runtime_faults_test.go)
+//	4 TestAPIServerStopped          -chaos.apiserver-outage=30s (issue: 5m) kube-apiserver stopped with
+//	                                -chaos.apiserver-pods=20 (issue: 50) running and
+//	                                -chaos.apiserver-deleting=10 deleting pods (apiserver_test.go)
+//	5 TestRootDirFull               -chaos.rootdir-size=32m  root dir on a tmpfs filled to ENOSPC for
+//	                                -chaos.rootdir-full-for=20s, -chaos.rootdir-pods=3 (rootdir_full_test.go)
 //	6 TestChurn                     -chaos.churn=100       create/delete cycles (issue: 1000)
 //	                                -chaos.churn-batch=50  pods per batch
+//	7 TestSlowRuntime               -chaos.slow-delay=2s     every CRI call delayed (framework CRIProxy.SetDelay)
+//	                                -chaos.slow-for=45s      for this long (slow_runtime_test.go)
 //	8 TestCorruptStateFiles         -chaos.state-pods=5    every root-dir file truncated / garbage
 //	                                -chaos.state-each      also one start per file when all pass
 package chaos

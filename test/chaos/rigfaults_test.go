@@ -214,8 +214,8 @@ type healthzWatch struct {
 	done chan struct{}
 
 	mu         sync.Mutex
-	ok, bad    int      // 200s; other answers
-	errs       int      // no answer within the timeout (or no connection)
+	ok, bad    int // 200s; other answers
+	errs       int // no answer within the timeout (or no connection)
 	maxLatency time.Duration
 	samples    []string // the first few bad answers and errors
 }

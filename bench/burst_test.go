@@ -547,29 +547,6 @@ func parseRequestCounts(exposition string) (requestCounts, error) {
 	return out, nil
 }
 
-// promLabels parses the inside of a Prometheus text exposition's {...}: name="value" pairs
-// separated by commas (values with \" and \\ escapes).
-func promLabels(s string) map[string]string {
-	out := map[string]string{}
-	for s != "" {
-		name, rest, ok := strings.Cut(s, `="`)
-		if !ok {
-			break
-		}
-		var v strings.Builder
-		i := 0
-		for ; i < len(rest) && rest[i] != '"'; i++ {
-			if rest[i] == '\\' && i+1 < len(rest) {
-				i++
-			}
-			v.WriteByte(rest[i])
-		}
-		out[strings.TrimSpace(name)] = v.String()
-		s = strings.TrimPrefix(rest[min(i+1, len(rest)):], ",")
-	}
-	return out
-}
-
 // printRequests prints the estimate of the agent's API requests per pod for a phase (see
 // TestBurst) and the five largest request kinds of the phase (the test's own included).
 func printRequests(phase string, count int, before, after requestCounts, own int64, idlePerWindow float64, d time.Duration) {
@@ -627,22 +604,5 @@ apiserver_request_totally_different{verb="GET",resource="pods"} 9
 	}
 	if _, err := parseRequestCounts("# nothing\n"); err == nil {
 		t.Error("an exposition without apiserver_request_total parsed without error")
-	}
-}
-
-func TestPromLabels(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want map[string]string
-	}{
-		{``, map[string]string{}},
-		{`a="1"`, map[string]string{"a": "1"}},
-		{`a="1",b=""`, map[string]string{"a": "1", "b": ""}},
-		{`a="x,y",b="q\"uo\\te"`, map[string]string{"a": "x,y", "b": `q"uo\te`}},
-	} {
-		got := promLabels(tc.in)
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("promLabels(%q) = %v, want %v", tc.in, got, tc.want)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,53 +143,117 @@ func (m *Manager) RemovePodCgroup(ctx context.Context, pod *v1.Pod) error {
 	return m.RemoveCgroup(ctx, PodCgroupName(m.opts.CgroupRoot, pod))
 }
 
-// RemoveCgroup removes one cgroup (a pod cgroup found by ListPodCgroups).
+// RemoveCgroup removes one cgroup (a pod cgroup found by ListPodCgroups) with the
+// cgroups below it (the containers' ones the runtime left) from every hierarchy that
+// has it, deepest first. It removes nothing while any process is in it or below it.
 func (m *Manager) RemoveCgroup(ctx context.Context, name CgroupName) error {
 	if m.opts.Driver == DriverSystemd {
 		return m.removeSlice(ctx, name)
 	}
-	var errs []error
-	for _, dir := range m.paths(name) {
-		if pids := readProcs(dir); len(pids) > 0 {
-			errs = append(errs, fmt.Errorf("removing cgroup %s: processes %v still in it", dir, pids))
-			continue
-		}
-		if err := m.removeDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dir, err))
-		}
+	dirs, err := m.allPaths(name)
+	if err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", m.FsPath(name), err)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := refuseBusy(m.FsPath(name), dirs); err != nil {
+		return err
+	}
+	if err := m.removeTrees(dirs); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Removed cgroup", "cgroup", m.FsPath(name))
 	return nil
 }
 
-// ListPodCgroups returns the pod cgroups present under the QoS cgroups, by pod UID,
-// so housekeeping can remove those of pods that are gone.
-func (m *Manager) ListPodCgroups() (map[types.UID]CgroupName, error) {
-	out := map[types.UID]CgroupName{}
-	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
-		parent := QOSCgroupName(m.opts.CgroupRoot, qos)
-		entries, err := os.ReadDir(m.primaryPath(parent))
-		if errors.Is(err, os.ErrNotExist) {
+// refuseBusy fails, naming each cgroup and its processes, when any process is in one
+// of dirs or below it: removing such a cgroup would fail half-way, or (systemd) kill it.
+func refuseBusy(fsPath string, dirs []string) error {
+	var busy []string
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // not there in this hierarchy, or gone meanwhile
+			}
+			if d.IsDir() {
+				if pids := readProcs(p); len(pids) > 0 {
+					busy = append(busy, fmt.Sprintf("%s: processes %v", p, pids))
+				}
+			}
+			return nil
+		})
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("removing cgroup %s: processes still in it or below it (stop them first): %s", fsPath, strings.Join(busy, "; "))
+	}
+	return nil
+}
+
+// removeTrees removes each of dirs with every cgroup below it, children before their
+// parent (rmdir on cgroupfs refuses a cgroup with child cgroups). Missing ones are
+// no error.
+func (m *Manager) removeTrees(dirs []string) error {
+	var errs []error
+	for _, dir := range dirs {
+		var tree []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				tree = append(tree, p)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the cgroups below %s: %w", dir, err))
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("listing pod cgroups: %w", err)
+		// WalkDir visits a directory before its children: backwards is deepest first.
+		for i := len(tree) - 1; i >= 0; i-- {
+			if err := m.removeDir(tree[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", tree[i], err))
+				break // its parent cannot go either
+			}
 		}
-		for _, e := range entries {
-			if !e.IsDir() {
+	}
+	return errors.Join(errs...)
+}
+
+// ListPodCgroups returns the pod cgroups present under the QoS cgroups, by pod UID,
+// so housekeeping can remove those of pods that are gone. It looks in every
+// hierarchy: on a hybrid host the runtime leaves pod cgroups behind in name=systemd
+// and the unified hierarchy that the controllers no longer have.
+func (m *Manager) ListPodCgroups() (map[types.UID]CgroupName, error) {
+	hierarchies, err := Hierarchies(m.opts.Root, m.opts.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("listing pod cgroups: %w", err)
+	}
+	out := map[types.UID]CgroupName{}
+	for _, h := range hierarchies {
+		for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+			parent := QOSCgroupName(m.opts.CgroupRoot, qos)
+			entries, err := os.ReadDir(filepath.Join(h, m.FsPath(parent)))
+			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			if m.opts.Driver == DriverSystemd {
-				if uid, ok := podUIDFromSlice(parent, e.Name()); ok {
-					out[uid] = parent.Child(podPrefix + string(uid))
+			if err != nil {
+				return nil, fmt.Errorf("listing pod cgroups: %w", err)
+			}
+			for _, e := range entries {
+				if !e.IsDir() {
+					continue
 				}
-				continue
-			}
-			if strings.HasPrefix(e.Name(), podPrefix) {
-				out[types.UID(strings.TrimPrefix(e.Name(), podPrefix))] = parent.Child(e.Name())
+				if m.opts.Driver == DriverSystemd {
+					if uid, ok := podUIDFromSlice(parent, e.Name()); ok {
+						out[uid] = parent.Child(podPrefix + string(uid))
+					}
+					continue
+				}
+				if strings.HasPrefix(e.Name(), podPrefix) {
+					out[types.UID(strings.TrimPrefix(e.Name(), podPrefix))] = parent.Child(e.Name())
+				}
 			}
 		}
 	}
@@ -222,6 +287,43 @@ func (m *Manager) primaryDir(fsPath string) string {
 // paths are the cgroup's directories: one per mounted v1 hierarchy, or one on v2.
 func (m *Manager) paths(name CgroupName) []string {
 	return Dirs(m.opts.Root, m.opts.Mode, m.FsPath(name))
+}
+
+// allPaths are the cgroup's directories in every hierarchy (see Hierarchies), which
+// is where removal and listing look: the runtime creates container cgroups in
+// hierarchies nodelet does not write to.
+func (m *Manager) allPaths(name CgroupName) ([]string, error) {
+	hierarchies, err := Hierarchies(m.opts.Root, m.opts.Mode)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(hierarchies))
+	for _, h := range hierarchies {
+		out = append(out, filepath.Join(h, m.FsPath(name)))
+	}
+	return out, nil
+}
+
+// Hierarchies are the mount points of the cgroup hierarchies under root: root itself
+// on v2; on v1 and hybrid every directory of root, which is every hierarchy mounted
+// there: the controllers, named ones such as name=systemd and hybrid's cgroup2
+// "unified" (runc creates a container's cgroup in all of them). Links (cpu ->
+// cpu,cpuacct) are skipped: what they lead to is a directory of root too.
+func Hierarchies(root string, mode Mode) ([]string, error) {
+	if mode == ModeV2 {
+		return []string{root}, nil
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("listing the cgroup hierarchies under %s: %w", root, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(root, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // Dirs are the directories of the cgroup at fsPath under root (normally

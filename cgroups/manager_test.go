@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,9 +69,24 @@ func newTestManager(t *testing.T, root string, enforce []string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A fake tree's directories hold regular files, which rmdir refuses.
-	m.removeDir = os.RemoveAll
+	m.removeDir = cgroupfsRmdir
 	return m
+}
+
+// cgroupfsRmdir removes a directory of a fake cgroup tree as rmdir does on cgroupfs:
+// the interface files (regular files in a fake tree) go with it, but a cgroup with a
+// child cgroup is refused with EBUSY.
+func cgroupfsRmdir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return &os.PathError{Op: "rmdir", Path: dir, Err: syscall.EBUSY}
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 var (
@@ -444,5 +460,149 @@ func TestEnforceReservedCgroup(t *testing.T) {
 			}
 			checkFiles(t, root, tt.want)
 		})
+	}
+}
+
+// fakeHybrid is fakeV1 with the named name=systemd hierarchy beside the controllers,
+// as on this project's hybrid hosts.
+func fakeHybrid(t *testing.T) string {
+	t.Helper()
+	root := fakeV1(t)
+	if err := os.Mkdir(filepath.Join(root, "systemd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// net_cls,net_prio as one hierarchy reached through links too, as many
+	// distributions mount it.
+	if err := os.Mkdir(filepath.Join(root, "net_cls,net_prio"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"net_cls", "net_prio"} {
+		if err := os.Symlink("net_cls,net_prio", filepath.Join(root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// hybridHierarchies are fakeHybrid's hierarchies (links excluded).
+var hybridHierarchies = []string{"cpu", "cpuacct", "cpuset", "devices", "freezer", "memory", "net_cls,net_prio", "pids", "systemd", "unified"}
+
+// TestRemovePodCgroupEveryHierarchyHybrid: runc makes each container's cgroup below
+// the pod's in every hierarchy, name=systemd and the unified cgroup2 too, which
+// nodelet never writes to. Removing the pod cgroup must take it (and the containers'
+// cgroups below it, deepest first, as rmdir wants) out of all of them.
+func TestRemovePodCgroupEveryHierarchyHybrid(t *testing.T) {
+	root := fakeHybrid(t)
+	m := newTestManager(t, root, []string{"pods"})
+	ctx := context.Background()
+	if err := m.EnsureQOSCgroups(ctx, capacity, allocatable); err != nil {
+		t.Fatal(err)
+	}
+	pod := podWith("u1", burstableRes)
+	if err := m.EnsurePodCgroup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	podPath := "kubepods/burstable/podu1"
+	for _, h := range hybridHierarchies {
+		// The sandbox's and a container's cgroups, one with a nested cgroup.
+		write(t, filepath.Join(root, h, podPath, "sandbox1", "cgroup.procs"), "")
+		write(t, filepath.Join(root, h, podPath, "ctr1", "cgroup.procs"), "")
+		write(t, filepath.Join(root, h, podPath, "ctr1", "nested", "cgroup.procs"), "")
+	}
+	if err := m.RemovePodCgroup(ctx, pod); err != nil {
+		t.Fatalf("RemovePodCgroup: %v", err)
+	}
+	for _, h := range hybridHierarchies {
+		if p := filepath.Join(root, h, podPath); isDir(p) {
+			t.Errorf("%s left behind", p)
+		}
+		if p := filepath.Join(root, h, "kubepods/burstable"); !isDir(p) {
+			t.Errorf("%s (the QoS cgroup) removed along", p)
+		}
+	}
+	for _, l := range []string{"net_cls", "net_prio"} {
+		if fi, err := os.Lstat(filepath.Join(root, l)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("link %s touched: %v", l, err)
+		}
+	}
+	if got, err := m.ListPodCgroups(); err != nil || len(got) != 0 {
+		t.Errorf("ListPodCgroups after removal = %v, %v; want none", got, err)
+	}
+}
+
+// TestListPodCgroupsFindsLeftoverInAnyHierarchy: a pod cgroup left in a single
+// hierarchy (the named or unified ones, where the runtime made it) is listed, so
+// the orphan cleanup removes it, and removing it leaves nothing.
+func TestListPodCgroupsFindsLeftoverInAnyHierarchy(t *testing.T) {
+	for _, h := range []string{"systemd", "unified", "memory", "net_cls,net_prio"} {
+		for _, driver := range []Driver{DriverCgroupfs, DriverSystemd} {
+			t.Run(h+" "+string(driver), func(t *testing.T) {
+				root := fakeHybrid(t)
+				var m *Manager
+				podCg := "kubepods/besteffort/podu-2"
+				if driver == DriverSystemd {
+					m = newSystemdTestManager(t, root, newFakeUnits(root), nil)
+					podCg = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu_2.slice"
+				} else {
+					m = newTestManager(t, root, nil)
+				}
+				write(t, filepath.Join(root, h, podCg, "ctr", "cgroup.procs"), "")
+				got, err := m.ListPodCgroups()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := CgroupName{"kubepods", "besteffort", "podu-2"}
+				if len(got) != 1 || got["u-2"].Cgroupfs() != want.Cgroupfs() {
+					t.Fatalf("ListPodCgroups = %v, want {u-2: %v}", got, want)
+				}
+				if err := m.RemoveCgroup(context.Background(), got["u-2"]); err != nil {
+					t.Fatalf("RemoveCgroup: %v", err)
+				}
+				if p := filepath.Join(root, h, podCg); isDir(p) {
+					t.Errorf("%s left behind", p)
+				}
+				if got, err := m.ListPodCgroups(); err != nil || len(got) != 0 {
+					t.Errorf("ListPodCgroups after removal = %v, %v; want none", got, err)
+				}
+			})
+		}
+	}
+}
+
+// TestRemovePodCgroupRefusesWithProcessBelow: a process in a container's cgroup
+// below the pod's, in a hierarchy nodelet does not write to, keeps the whole pod
+// cgroup: nothing is removed anywhere and the error names the process and where it is.
+func TestRemovePodCgroupRefusesWithProcessBelow(t *testing.T) {
+	root := fakeHybrid(t)
+	m := newTestManager(t, root, nil)
+	ctx := context.Background()
+	pod := podWith("u3", burstableRes)
+	if err := m.EnsurePodCgroup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	podPath := "kubepods/burstable/podu3"
+	for _, h := range hybridHierarchies {
+		write(t, filepath.Join(root, h, podPath, "ctr", "cgroup.procs"), "")
+	}
+	busy := filepath.Join(root, "unified", podPath, "ctr")
+	write(t, filepath.Join(busy, "cgroup.procs"), "4242\n")
+	err := m.RemovePodCgroup(ctx, pod)
+	if err == nil || !strings.Contains(err.Error(), "4242") || !strings.Contains(err.Error(), busy) {
+		t.Fatalf("RemovePodCgroup = %v, want an error naming pid 4242 in %s", err, busy)
+	}
+	for _, h := range hybridHierarchies {
+		if p := filepath.Join(root, h, podPath, "ctr"); !isDir(p) {
+			t.Errorf("%s removed although a process was in the pod cgroup", p)
+		}
+	}
+	// Once the process is gone the same call removes everything.
+	write(t, filepath.Join(busy, "cgroup.procs"), "")
+	if err := m.RemovePodCgroup(ctx, pod); err != nil {
+		t.Fatalf("RemovePodCgroup after the process left: %v", err)
+	}
+	for _, h := range hybridHierarchies {
+		if p := filepath.Join(root, h, podPath); isDir(p) {
+			t.Errorf("%s left behind", p)
+		}
 	}
 }

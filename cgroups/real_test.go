@@ -100,12 +100,29 @@ func TestRealCgroupfs(t *testing.T) {
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
+	// The runtime's container cgroups below a pod's, in every hierarchy (on a hybrid
+	// host name=systemd and unified too), go with it, deepest first.
+	hierarchies, err := Hierarchies(DefaultRoot, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podFs := PodCgroupName(rootName, pods[0]).Cgroupfs()
+	for _, h := range hierarchies {
+		if err := os.MkdirAll(filepath.Join(h, podFs, "ctr", "nested"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, p := range pods {
 		if err := m.RemovePodCgroup(ctx, p); err != nil {
 			t.Errorf("RemovePodCgroup(%s): %v", p.UID, err)
 		}
 		if m.PodCgroupExists(p) {
 			t.Errorf("%s still exists", p.UID)
+		}
+	}
+	for _, h := range hierarchies {
+		if p := filepath.Join(h, podFs); isDir(p) {
+			t.Errorf("%s left behind", p)
 		}
 	}
 }

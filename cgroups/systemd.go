@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -177,52 +174,30 @@ func (m *Manager) runJob(ctx context.Context, what, unit string, call func(ch ch
 }
 
 // removeSlice stops the cgroup's slice, which makes systemd remove its cgroup, then
-// removes what systemd does not manage (cpuset on v1). Stopping a slice kills whatever
-// runs in it, so it refuses while any process is left anywhere below it.
+// removes what systemd does not manage (cpuset on v1, leftovers of the runtime in
+// any hierarchy). Stopping a slice kills whatever runs in it, so it refuses while any
+// process is left anywhere below it.
 func (m *Manager) removeSlice(ctx context.Context, name CgroupName) error {
-	var busy []error
-	for _, dir := range m.paths(name) {
-		if pids := procsBelow(dir); len(pids) > 0 {
-			busy = append(busy, fmt.Errorf("removing cgroup %s: processes %v still in it", dir, pids))
-		}
+	dirs, err := m.allPaths(name)
+	if err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", m.FsPath(name), err)
 	}
-	if err := errors.Join(busy...); err != nil {
+	if err := refuseBusy(m.FsPath(name), dirs); err != nil {
 		return err
 	}
 	unit := SliceName(name)
-	err := m.runJob(ctx, "stopping", unit, func(ch chan<- string) error {
+	err = m.runJob(ctx, "stopping", unit, func(ch chan<- string) error {
 		_, err := m.opts.Systemd.StopUnitContext(ctx, unit, "replace", ch)
 		return err
 	})
 	if err != nil && !isDBusError(err, dbusErrNoSuchUnit) {
 		return err
 	}
-	var errs []error
-	for _, dir := range m.paths(name) {
-		if err := m.removeDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dir, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := m.removeTrees(dirs); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Removed cgroup", "cgroup", m.FsPath(name), "unit", unit)
 	return nil
-}
-
-// procsBelow lists the processes in dir's cgroup and every cgroup below it.
-func procsBelow(dir string) []int {
-	var out []int
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // gone meanwhile, or not there at all
-		}
-		if d.IsDir() {
-			out = append(out, readProcs(p)...)
-		}
-		return nil
-	})
-	return out
 }
 
 func isDBusError(err error, name string) bool {

@@ -174,7 +174,7 @@ func newSystemdTestManager(t *testing.T, root string, units SystemdUnits, enforc
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.removeDir = os.RemoveAll
+	m.removeDir = cgroupfsRmdir
 	return m
 }
 

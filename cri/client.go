@@ -500,11 +500,18 @@ func (c *Client) UpdateContainerResources(ctx context.Context, containerID strin
 	return nil
 }
 
-// ExecSync runs cmd in the container. timeout bounds the command (0 = none) and
-// is also this call's deadline. A non-zero exit is returned as *ExitError.
+// ExecSync runs cmd in the container. timeout bounds the command (0 = none); the
+// call's deadline is timeout plus the request timeout, as upstream's client sets it,
+// so the runtime has time to stop the command at timeout and answer itself (a
+// deadline at timeout alone would race that answer). Without a timeout (lifecycle
+// hooks) only ctx ends the call. A non-zero exit is returned as *ExitError.
 func (c *Client) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
 	var resp *runtimeapi.ExecSyncResponse
-	err := c.call(ctx, "exec_sync", timeout, func(ctx context.Context) (err error) {
+	deadline := time.Duration(0)
+	if timeout > 0 {
+		deadline = c.timeout + timeout
+	}
+	err := c.call(ctx, "exec_sync", deadline, func(ctx context.Context) (err error) {
 		resp, err = c.runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{
 			ContainerId: containerID, Cmd: cmd, Timeout: int64(timeout.Seconds()),
 		})

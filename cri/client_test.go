@@ -461,7 +461,7 @@ func TestTimeouts(t *testing.T) {
 				_, err := c.PullImage(ctx, &runtimeapi.ImageSpec{Image: "x/y:z"}, nil, nil)
 				return err
 			}, codes.OK},
-		{"ExecSync uses its own timeout", "ExecSync", time.Second,
+		{"ExecSync gets its own timeout plus the timeout", "ExecSync", time.Second,
 			func(c *Client, _, ctr string) error {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 3*time.Second)
 				return err
@@ -471,7 +471,7 @@ func TestTimeouts(t *testing.T) {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 0)
 				return err
 			}, codes.OK},
-		{"ExecSync over its own timeout fails", "ExecSync", 2 * time.Second,
+		{"ExecSync over its own timeout plus the timeout fails", "ExecSync", 2 * time.Second,
 			func(c *Client, _, ctr string) error {
 				_, _, err := c.ExecSync(ctx, ctr, []string{"true"}, 100*time.Millisecond)
 				return err
@@ -492,6 +492,45 @@ func TestTimeouts(t *testing.T) {
 			}
 			if tc.wantCode == codes.DeadlineExceeded && time.Since(start) >= tc.delay {
 				t.Errorf("call took %v, the deadline did not cut the %v delay", time.Since(start), tc.delay)
+			}
+		})
+	}
+}
+
+// TestExecSyncCallTimeout: an exec with a timeout of its own gets the request
+// timeout on top of it as its call deadline, as upstream's client gives it, so the
+// runtime has time to stop the command at the exec timeout and answer (containerd
+// answers a timed-out exec itself); only a runtime silent beyond both is cut.
+func TestExecSyncCallTimeout(t *testing.T) {
+	// Generous margins: the machine is shared and tests run under -race.
+	const requestTimeout, execTimeout = time.Second, time.Second
+	tests := []struct {
+		name     string
+		delay    time.Duration // when the runtime answers
+		wantCode codes.Code
+	}{
+		// The runtime answers after the exec timeout (stopping the command takes
+		// it a moment): the answer arrives.
+		{"answer after the exec timeout arrives", 1400 * time.Millisecond, codes.OK},
+		// Nothing by exec timeout + request timeout: the call is cut there.
+		{"no answer within both is cut", 4 * time.Second, codes.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fakecri.New(t)
+			f.AddImage(testImage)
+			c := newTestClient(t, f, requestTimeout)
+			_, ctr := runningContainer(t, c)
+			f.SetDelay("ExecSync", tc.delay)
+			start := time.Now()
+			_, _, err := c.ExecSync(context.Background(), ctr, []string{"true"}, execTimeout)
+			took := time.Since(start)
+			if got := status.Code(err); got != tc.wantCode {
+				t.Fatalf("code = %v after %v (err %v), want %v", got, took, err, tc.wantCode)
+			}
+			if tc.wantCode == codes.DeadlineExceeded && (took < requestTimeout+execTimeout || took >= tc.delay) {
+				t.Errorf("cut after %v, want at the exec timeout plus the request timeout (%v)", took, requestTimeout+execTimeout)
 			}
 		})
 	}

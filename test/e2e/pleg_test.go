@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -161,17 +159,11 @@ func killAndWatch(t *testing.T, ctx context.Context, f *framework.Framework, ns,
 // containerPid is the pid of a container's process, from the runtime's verbose status.
 func containerPid(t *testing.T, ctx context.Context, f *framework.Framework, id string) int {
 	t.Helper()
-	st, err := f.CRI.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	pid, err := f.CRI.ContainerPid(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.Unmarshal([]byte(st.GetInfo()["info"]), &info); err != nil || info.Pid == 0 {
-		t.Fatalf("no pid in the container's verbose status %q (err %v)", st.GetInfo()["info"], err)
-	}
-	return info.Pid
+	return pid
 }
 
 func nodeMetrics(t *testing.T, ctx context.Context, f *framework.Framework) string {

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -178,4 +179,24 @@ func (c *CRIClient) RunBusyboxPod(ctx context.Context, name, image, logDir strin
 		return sb.PodSandboxId, ctr.ContainerId, fmt.Errorf("starting container %s: %w", name, err)
 	}
 	return sb.PodSandboxId, ctr.ContainerId, nil
+}
+
+// ContainerPid is the pid (in the host's pid namespace) of a container's first process, from
+// the runtime's verbose ContainerStatus (containerd's info["info"] JSON, field "pid").
+func (c *CRIClient) ContainerPid(ctx context.Context, containerID string) (int, error) {
+	st, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: containerID, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("verbose status of container %s: %w", containerID, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	raw := st.GetInfo()["info"]
+	if err := json.Unmarshal([]byte(raw), &info); err != nil {
+		return 0, fmt.Errorf("decoding the verbose status of container %s: %w", containerID, err)
+	}
+	if info.Pid <= 0 {
+		return 0, fmt.Errorf("no pid in the verbose status of container %s: %q", containerID, raw)
+	}
+	return info.Pid, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -180,8 +181,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	registerNodeGauges(reg, nodeName, cgroupMode)
+	reg := newMetricsRegistry(nodeName, cgroupMode)
 	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
 	if err != nil {
 		return nil, err
@@ -778,6 +778,21 @@ func checkCgroupVersion(mode cgroups.Mode, failCgroupV1 bool) error {
 		return nil
 	}
 	return fmt.Errorf("nodelet is configured to not run on a host using cgroup v1 (failCgroupV1: true), and this host's cgroups are %s; cgroup v1 support is in maintenance mode upstream: move the host to cgroup v2, or set failCgroupV1: false in the config file", mode)
+}
+
+// newMetricsRegistry is the registry /metrics serves, with the node gauges. Like
+// the kubelet's (component-base's legacy registry) it has the process collector
+// (process_resident_memory_bytes, process_open_fds, ...) and the Go collector with
+// all runtime/metrics series (go_goroutines, go_memstats_*, go_sched_*, ...), which
+// is how operators and the fault suite see a leak.
+func newMetricsRegistry(nodeName string, mode cgroups.Mode) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+	)
+	registerNodeGauges(reg, nodeName, mode)
+	return reg
 }
 
 // registerNodeGauges exports upstream's constant node facts: kubelet_node_name{node}

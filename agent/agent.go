@@ -274,25 +274,13 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 
 		ExternalCloudProvider: external,
 		AppArmorEnabled:       appArmor,
-	}, rt, func() []string {
-		var reasons []string
-		if err := health.err(); err != nil {
-			reasons = append(reasons, err.Error())
-		}
-		if err := gpleg.Healthy(); err != nil {
-			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
-		}
-		if epleg != nil {
-			if err := epleg.Healthy(); err != nil {
-				reasons = append(reasons, "EventedPLEG is not healthy: "+err.Error())
-			}
-		}
-		return append(reasons, shuttingDown.notReady()...)
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
+	}, rt, nodeReadiness(health, plegChecks(gpleg, epleg), shuttingDown.notReady), clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
 		node.WithPodCIDRUpdater(cidrs.update), node.WithVolumesInUse(csiInUse.List), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
+	// A runtime going down or coming back is in the node's status at once.
+	health.onChange = nodeCtl.TriggerStatusUpdate
 	nodeFacts := func() podruntime.NodeFacts {
 		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable()}
 		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -180,8 +181,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	registerNodeGauges(reg, nodeName, cgroupMode)
+	reg := newMetricsRegistry(nodeName, cgroupMode)
 	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
 	if err != nil {
 		return nil, err
@@ -274,25 +274,13 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 
 		ExternalCloudProvider: external,
 		AppArmorEnabled:       appArmor,
-	}, rt, func() []string {
-		var reasons []string
-		if err := health.err(); err != nil {
-			reasons = append(reasons, err.Error())
-		}
-		if err := gpleg.Healthy(); err != nil {
-			reasons = append(reasons, "PLEG is not healthy: "+err.Error())
-		}
-		if epleg != nil {
-			if err := epleg.Healthy(); err != nil {
-				reasons = append(reasons, "EventedPLEG is not healthy: "+err.Error())
-			}
-		}
-		return append(reasons, shuttingDown.notReady()...)
-	}, clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
+	}, rt, nodeReadiness(health, plegChecks(gpleg, epleg), shuttingDown.notReady), clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
 		node.WithPodCIDRUpdater(cidrs.update), node.WithVolumesInUse(csiInUse.List), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
+	// A runtime going down or coming back is in the node's status at once.
+	health.onChange = nodeCtl.TriggerStatusUpdate
 	nodeFacts := func() podruntime.NodeFacts {
 		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable()}
 		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {
@@ -778,6 +766,21 @@ func checkCgroupVersion(mode cgroups.Mode, failCgroupV1 bool) error {
 		return nil
 	}
 	return fmt.Errorf("nodelet is configured to not run on a host using cgroup v1 (failCgroupV1: true), and this host's cgroups are %s; cgroup v1 support is in maintenance mode upstream: move the host to cgroup v2, or set failCgroupV1: false in the config file", mode)
+}
+
+// newMetricsRegistry is the registry /metrics serves, with the node gauges. Like
+// the kubelet's (component-base's legacy registry) it has the process collector
+// (process_resident_memory_bytes, process_open_fds, ...) and the Go collector with
+// all runtime/metrics series (go_goroutines, go_memstats_*, go_sched_*, ...), which
+// is how operators and the fault suite see a leak.
+func newMetricsRegistry(nodeName string, mode cgroups.Mode) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+	)
+	registerNodeGauges(reg, nodeName, mode)
+	return reg
 }
 
 // registerNodeGauges exports upstream's constant node facts: kubelet_node_name{node}

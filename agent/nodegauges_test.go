@@ -50,3 +50,34 @@ kubelet_node_name{node="node-a"} 1
 		}
 	}
 }
+
+// TestMetricsRegistryHasGoAndProcessCollectors: /metrics serves the Go runtime's
+// and the process's series as the kubelet's registry does (component-base registers
+// both), which the fault suite's churn test reads to see goroutines, memory and fds
+// come back after 1000 pods.
+func TestMetricsRegistryHasGoAndProcessCollectors(t *testing.T) {
+	reg := newMetricsRegistry("node-a", cgroups.ModeHybrid)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if m := f.GetMetric(); len(m) == 1 {
+			got[f.GetName()] = m[0].GetGauge().GetValue()
+		}
+	}
+	// Non-zero values: the collectors read this process, not a stub.
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds", "go_memstats_heap_alloc_bytes"} {
+		if got[name] <= 0 {
+			t.Errorf("%s = %v, want a value > 0 (served: %d families)", name, got[name], len(families))
+		}
+	}
+	// The runtime/metrics series upstream serves with MetricsAll.
+	if _, ok := got["go_sched_gomaxprocs_threads"]; !ok {
+		t.Error("go_sched_gomaxprocs_threads missing: the Go collector lacks the runtime metrics upstream serves")
+	}
+	if got["kubelet_node_name"] != 1 {
+		t.Errorf("kubelet_node_name = %v, want 1 (the node gauges are in the same registry)", got["kubelet_node_name"])
+	}
+}

@@ -2,7 +2,7 @@ package agent
 
 import (
 	"context"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,8 +72,8 @@ func TestRuntimeHealthKeepsRuntimeHandlers(t *testing.T) {
 	if hs, set := h.runtimeHandlers(); !set || len(hs) != 1 {
 		t.Errorf("a failed Status dropped the handlers: %v, %v", hs, set)
 	}
-	if err := h.err(); err == nil || !strings.Contains(err.Error(), "container runtime is down") {
-		t.Errorf("health err = %v", err)
+	if base, _ := h.reasons(); !slices.Equal(base, []string{"container runtime is down"}) {
+		t.Errorf("health reasons = %q", base)
 	}
 }
 

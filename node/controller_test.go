@@ -457,7 +457,7 @@ func TestStatusUpdates(t *testing.T) {
 			name: "readiness flips: patched at once, transition time moves, events recorded",
 			steps: []step{
 				{advance: 10 * time.Second, ready: []string{"PLEG is not healthy", "container runtime is down"}, wantPatch: true,
-					wantReady: v1.ConditionFalse, wantMsg: "PLEG is not healthy; container runtime is down",
+					wantReady: v1.ConditionFalse, wantMsg: "[PLEG is not healthy, container runtime is down]",
 					wantEvents: []string{"Normal NodeNotReady Node n1 status is now: NodeNotReady"}},
 				{advance: 10 * time.Second, ready: []string{"PLEG is not healthy"}, wantPatch: true,
 					wantReady: v1.ConditionFalse, wantMsg: "PLEG is not healthy", wantTransitionAgo: 10 * time.Second},
@@ -1083,5 +1083,24 @@ func TestReadyMessageSaysAppArmor(t *testing.T) {
 	reasons = []string{"PLEG is not healthy"}
 	if got := c.readyCondition(); got.Status != v1.ConditionFalse || got.Message != "PLEG is not healthy" {
 		t.Errorf("not ready condition %+v, want only the reason", got)
+	}
+}
+
+// TestAggregateMessage: several reasons read as upstream's aggregated error does.
+func TestAggregateMessage(t *testing.T) {
+	tests := []struct {
+		reasons []string
+		want    string
+	}{
+		{[]string{"container runtime is down"}, "container runtime is down"},
+		{[]string{"container runtime is down", "PLEG is not healthy: pleg has yet to be successful"},
+			"[container runtime is down, PLEG is not healthy: pleg has yet to be successful]"},
+		{[]string{"a", "b", "a"}, "[a, b]"},
+		{[]string{"a", "a"}, "a"},
+	}
+	for _, tt := range tests {
+		if got := aggregateMessage(tt.reasons); got != tt.want {
+			t.Errorf("aggregateMessage(%q) = %q, want %q", tt.reasons, got, tt.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -148,7 +149,22 @@ func (c *Controller) readyCondition() v1.NodeCondition {
 		}
 		return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: reasonReady, Message: msg}
 	}
-	return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: reasonNotReady, Message: strings.Join(reasons, "; ")}
+	return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: reasonNotReady, Message: aggregateMessage(reasons)}
+}
+
+// aggregateMessage joins reasons as upstream's errors.NewAggregate prints them, which
+// is how its Ready message reads: one reason alone, several as "[a, b]", each once.
+func aggregateMessage(reasons []string) string {
+	var uniq []string
+	for _, r := range reasons {
+		if !slices.Contains(uniq, r) {
+			uniq = append(uniq, r)
+		}
+	}
+	if len(uniq) == 1 {
+		return uniq[0]
+	}
+	return "[" + strings.Join(uniq, ", ") + "]"
 }
 
 // setCondition stores cond in st (replacing one of the same type), with the heartbeat at

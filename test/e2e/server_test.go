@@ -233,7 +233,8 @@ func TestKubeletAPI(t *testing.T) {
 		for _, m := range []string{"kubelet_running_pods", "kubelet_running_containers", "kubelet_pleg_relist_duration_seconds_bucket",
 			"kubelet_runtime_operations_duration_seconds_bucket", "kubelet_pod_start_duration_seconds_bucket", "kubelet_runtime_operations_total",
 			`kubelet_http_requests_total{long_running="false",method="GET",path="containerLogs",server_type="readwrite"}`,
-			`kubelet_node_name{node="` + node + `"} 1`, "kubelet_cgroup_version 1" /* the rig's host is hybrid */} {
+			`kubelet_node_name{node="` + node + `"} 1`, "kubelet_cgroup_version 1", /* the rig's host is hybrid */
+			"go_goroutines ", "process_open_fds ", "process_resident_memory_bytes "} {
 			if !strings.Contains(out, "\n"+m) {
 				t.Errorf("/metrics has no %s", m)
 			}

@@ -493,6 +493,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		AppArmorEnabled: appArmor,
 		Allocations:     allocations,
 		Actuated:        actuated,
+		EventsInUse:     eventsInUse(epleg),
 	})
 	a.synced = loop.Synced()
 
@@ -689,6 +690,15 @@ func notifySystemd(ctx context.Context, loop *syncloop.Loop, p healthChecker) {
 	<-ctx.Done()
 	logger.Info("Stopping nodelet; running pods are left running")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+}
+
+// eventsInUse says whether the evented PLEG follows the runtime's events now;
+// nil without the EventedPLEG gate.
+func eventsInUse(e *pleg.Evented) func() bool {
+	if e == nil {
+		return nil
+	}
+	return e.InUse
 }
 
 func podsDir(root string) string { return root + "/pods" }

@@ -23,6 +23,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
@@ -310,7 +311,14 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return fmt.Errorf("creating pod directory: %w", err)
 	}
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+	// Written on every sync: only when it differs, and atomically, so a running
+	// container never reads a half-written file and a full disk or a crash never
+	// leaves it truncated (a truncated one differs, and is written again).
+	// Containers started earlier keep the file they mounted.
+	if cur, err := os.ReadFile(p); err == nil && string(cur) == b.String() {
+		return nil
+	}
+	if err := atomicfile.WriteFile(p, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing pod hosts file: %w", err)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // A checkpoint the upstream kubelet wrote (its own test vector): nodelet reads
@@ -212,4 +214,39 @@ func TestStateCopiesAndOrphans(t *testing.T) {
 	if uids := s.UIDs(); len(uids) != 1 || uids[0] != "b" {
 		t.Fatalf("UIDs after orphan removal = %v", uids)
 	}
+}
+
+// RunFlusher writes a checkpoint whose write failed once it can, without any
+// further allocation, and stops with its context.
+func TestRunFlusherRetries(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "root")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &State{path: filepath.Join(dir, AllocatedStateFile), pods: map[types.UID]PodResourceInfo{}}
+	if err := s.SetContainer("uid-a", "app", v1.ResourceRequirements{}); err == nil {
+		t.Fatal("a write into a file as directory succeeded")
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.RunFlusher(ctx, clk, 10*time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "the failed write to land", func() bool {
+		if clk.HasWaiters() {
+			clk.Step(10 * time.Second)
+		}
+		_, err := os.Stat(s.path)
+		return err == nil
+	})
 }

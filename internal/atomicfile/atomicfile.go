@@ -98,7 +98,3 @@ func SetAside(path string, now time.Time) (string, error) {
 	}
 	return aside, nil
 }
-
-// IsSetAside reports whether name (a base name) is a file SetAside moved, so a
-// directory scanner can pass it over.
-func IsSetAside(name string) bool { return strings.Contains(name, corruptMarker) }

@@ -952,8 +952,30 @@ func (f *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (
 	if fn == nil {
 		return &runtimeapi.ExecSyncResponse{}, nil
 	}
-	stdout, stderr, code := fn(req.GetContainerId(), req.GetCmd())
-	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: code}, nil
+	// As containerd: a command still running at the request's timeout is stopped and the
+	// call answers DeadlineExceeded (the fake waits for fn, standing in for the kill).
+	type result struct {
+		stdout, stderr []byte
+		code           int32
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, code := fn(req.GetContainerId(), req.GetCmd())
+		done <- result{stdout, stderr, code}
+	}()
+	var expired <-chan time.Time
+	if s := req.GetTimeout(); s > 0 {
+		timer := time.NewTimer(time.Duration(s) * time.Second)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case r := <-done:
+		return &runtimeapi.ExecSyncResponse{Stdout: r.stdout, Stderr: r.stderr, ExitCode: r.code}, nil
+	case <-expired:
+		<-done
+		return nil, status.Errorf(codes.DeadlineExceeded, "failed to exec in container: timeout %ds exceeded: %v", req.GetTimeout(), context.DeadlineExceeded)
+	}
 }
 
 func (f *Runtime) UpdateRuntimeConfig(_ context.Context, req *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {

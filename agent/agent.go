@@ -55,6 +55,10 @@ const Version = "v1.37.2-nodelet"
 // maxWaitForContainerRuntime is how long start-up waits for the CRI socket.
 const maxWaitForContainerRuntime = 30 * time.Second
 
+// checkpointRetryPeriod is how often a pod resource checkpoint whose write
+// failed is written again.
+const checkpointRetryPeriod = 10 * time.Second
+
 // errStoppedEarly is build's answer when ctx ended before nodelet could be built
 // (during the TLS bootstrap): not a failure.
 var errStoppedEarly = errors.New("stopped before nodelet was built")
@@ -318,12 +322,13 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	// In-place resize: what each pod was allocated at admission or resize, and
 	// what the runtime was told, checkpointed as upstream's (allocated_pods_state,
-	// actuated_pods_state). A checkpoint that cannot be read stops the start.
-	allocated, err := allocation.OpenState(opts.RootDir, allocation.AllocatedStateFile)
+	// actuated_pods_state). A corrupt checkpoint is set aside and the pods are
+	// admitted again at their specs; one that cannot be read at all stops the start.
+	allocated, err := allocation.OpenState(ctx, opts.RootDir, allocation.AllocatedStateFile, clk)
 	if err != nil {
 		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
 	}
-	actuated, err := allocation.OpenState(opts.RootDir, allocation.ActuatedStateFile)
+	actuated, err := allocation.OpenState(ctx, opts.RootDir, allocation.ActuatedStateFile, clk)
 	if err != nil {
 		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
 	}
@@ -476,6 +481,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		AppArmorEnabled: appArmor,
 		Allocations:     allocations,
 		Actuated:        actuated,
+		EventsInUse:     eventsInUse(epleg),
 	})
 	a.synced = loop.Synced()
 
@@ -599,6 +605,13 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if qos != nil {
 		add(&workers, "QoS cgroups", func(ctx context.Context) { qos.run(ctx, clk) })
 	}
+	// A checkpoint write that failed (a full root dir) is retried until it lands.
+	add(&workers, "allocated resources checkpoint", func(ctx context.Context) {
+		allocated.RunFlusher(ctx, clk, checkpointRetryPeriod)
+	})
+	add(&workers, "actuated resources checkpoint", func(ctx context.Context) {
+		actuated.RunFlusher(ctx, clk, checkpointRetryPeriod)
+	})
 
 	if credential != nil {
 		add(&rest, "client certificate", func(ctx context.Context) { credential.Run(ctx, recorder) })
@@ -665,6 +678,15 @@ func notifySystemd(ctx context.Context, loop *syncloop.Loop, p healthChecker) {
 	<-ctx.Done()
 	logger.Info("Stopping nodelet; running pods are left running")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+}
+
+// eventsInUse says whether the evented PLEG follows the runtime's events now;
+// nil without the EventedPLEG gate.
+func eventsInUse(e *pleg.Evented) func() bool {
+	if e == nil {
+		return nil
+	}
+	return e.InUse
 }
 
 func podsDir(root string) string { return root + "/pods" }

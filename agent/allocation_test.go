@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -8,14 +9,17 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cri/fakecri"
 )
 
-// The allocated resources of running pods cannot be guessed: a checkpoint
-// that does not read back stops the start, naming the file, as upstream.
-func TestCorruptAllocationCheckpointStopsStart(t *testing.T) {
+// A corrupt allocation checkpoint does not stop nodelet (the pods it runs
+// would be left unmanaged): the start goes on with the file set aside, and
+// the log names it.
+func TestCorruptAllocationCheckpointDoesNotStopStart(t *testing.T) {
 	rt := fakecri.New(t)
 	opts := testOptions(t, rt.Endpoint())
 	opts.Config.ShutdownGracePeriod = metav1.Duration{}
@@ -28,14 +32,18 @@ func TestCorruptAllocationCheckpointStopsStart(t *testing.T) {
 	for _, kt := range kernelTunables() {
 		want[kt.name] = kt.want
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	var logs bytes.Buffer
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs)))))
 	defer cancel()
 	a, err := build(ctx, opts, hostPaths{procSys: tempProcSys(t, want, "")})
-	if err == nil {
-		a.close(ctx)
-		t.Fatal("nodelet started on a corrupted allocation checkpoint")
+	if err != nil {
+		t.Fatalf("a corrupt allocation checkpoint stopped the start: %v", err)
 	}
-	if !strings.Contains(err.Error(), "please drain this node and delete pod resource information checkpoint file") || !strings.Contains(err.Error(), path) {
-		t.Fatalf("error = %v", err)
+	a.close(ctx)
+	if !strings.Contains(logs.String(), "Ignoring a corrupt pod resource checkpoint") || !strings.Contains(logs.String(), path) {
+		t.Errorf("the log does not name the ignored file:\n%s", logs.String())
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the corrupt checkpoint is still in place: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,13 +10,17 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/dump"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // The checkpoint files under the root dir, named as upstream's.
@@ -110,31 +115,43 @@ type State struct {
 	mu           sync.Mutex
 	pods         map[types.UID]PodResourceInfo
 	lastChecksum uint64
+	// behind says the file lacks a change whose write failed (ENOSPC...):
+	// Flush writes it again, so a failed write is retried, not forgotten.
+	behind bool
 }
 
 // NewMemoryState returns a State that is never written to disk (tests).
 func NewMemoryState() *State { return &State{pods: map[types.UID]PodResourceInfo{}} }
 
 // OpenState reads the checkpoint dir/name (none yet: an empty state). A file
-// that cannot be read back is an error naming the file, worded as upstream's:
-// the allocations of running pods are unknown, and guessing could overcommit
-// the node.
-func OpenState(dir, name string) (*State, error) {
+// that does not decode (truncated, garbage, wrong checksum) is logged naming
+// it, set aside as <name>.corrupt-<unix time> for forensics, and the state
+// starts empty: the sync loop then admits the running pods again and
+// allocates them their specs' resources, rather than nodelet refusing to
+// start and leaving every pod of the node unmanaged. A file that cannot be
+// read at all (permissions, I/O) is an error naming it.
+func OpenState(ctx context.Context, dir, name string, clk clock.PassiveClock) (*State, error) {
 	s := &State{path: filepath.Join(dir, name), pods: map[types.UID]PodResourceInfo{}}
 	blob, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
 	}
-	if err == nil {
-		var pods map[types.UID]PodResourceInfo
-		pods, s.lastChecksum, err = decode(blob)
-		if pods != nil {
-			s.pods = pods
-		}
-	}
 	if err != nil {
-		return nil, fmt.Errorf("could not restore state from checkpoint: %w, please drain this node and delete pod resource information checkpoint file %q before restarting nodelet", err, s.path)
+		return nil, fmt.Errorf("reading pod resource checkpoint %s: %w", s.path, err)
 	}
+	pods, sum, err := decode(blob)
+	if err != nil {
+		logger := klog.FromContext(ctx)
+		// A file that cannot be moved is still ignored: the next write replaces it.
+		aside, aerr := atomicfile.SetAside(s.path, clk.Now())
+		logger.Error(err, "Ignoring a corrupt pod resource checkpoint: starting with no allocations, the running pods are admitted again at their specs' resources",
+			"path", s.path, "setAsideAs", aside, "setAsideErr", aerr)
+		return s, nil
+	}
+	if pods != nil {
+		s.pods = pods
+	}
+	s.lastChecksum = sum
 	return s, nil
 }
 
@@ -212,7 +229,32 @@ func (s *State) UIDs() []types.UID {
 	return out
 }
 
-// storeLocked writes the checkpoint unless its content did not change.
+// Flush writes the checkpoint again when an earlier write failed; nothing
+// otherwise.
+func (s *State) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.behind {
+		return nil
+	}
+	return s.storeLocked()
+}
+
+// RunFlusher calls Flush every period until ctx ends, and once more then, so
+// a checkpoint write that failed (a full disk) lands once it can.
+func (s *State) RunFlusher(ctx context.Context, clk clock.WithTicker, period time.Duration) {
+	logger := klog.FromContext(ctx)
+	flush := func(context.Context) {
+		if err := s.Flush(); err != nil {
+			logger.Error(err, "Retrying a failed pod resource checkpoint write", "path", s.path)
+		}
+	}
+	periodic.Every(ctx, clk, period, flush)
+	flush(ctx)
+}
+
+// storeLocked writes the checkpoint unless its content did not change. A
+// failed write leaves the state marked behind for Flush.
 func (s *State) storeLocked() error {
 	if s.path == "" {
 		return nil
@@ -221,13 +263,16 @@ func (s *State) storeLocked() error {
 	if err != nil {
 		return err
 	}
-	if sum == s.lastChecksum {
+	if sum == s.lastChecksum && !s.behind {
 		return nil
 	}
-	// 0600 as upstream's checkpoint store writes it.
+	// 0600 as upstream's checkpoint store writes it; atomically, so a full
+	// disk or a crash never leaves it truncated.
 	if err := atomicfile.WriteFile(s.path, blob, 0o600); err != nil {
+		s.behind = true
 		return fmt.Errorf("saving pod resource checkpoint: %w", err)
 	}
 	s.lastChecksum = sum
+	s.behind = false
 	return nil
 }

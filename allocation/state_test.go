@@ -1,15 +1,23 @@
 package allocation
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/eventually"
 )
 
 // A checkpoint the upstream kubelet wrote (its own test vector): nodelet reads
@@ -22,7 +30,7 @@ func TestStateReadsUpstreamCheckpoint(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, AllocatedStateFile), []byte(upstreamCheckpoint), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenState(dir, AllocatedStateFile)
+	s, err := OpenState(context.Background(), dir, AllocatedStateFile, clocktesting.NewFakeClock(time.Unix(1700000000, 0)))
 	if err != nil {
 		t.Fatalf("OpenState: %v", err)
 	}
@@ -44,9 +52,9 @@ func TestStateReadsUpstreamCheckpoint(t *testing.T) {
 	}
 }
 
-func TestStatePersistsAndRefusesCorruption(t *testing.T) {
+func TestStatePersists(t *testing.T) {
 	dir := t.TempDir()
-	s, err := OpenState(dir, ActuatedStateFile)
+	s, err := OpenState(context.Background(), dir, ActuatedStateFile, clocktesting.NewFakeClock(time.Unix(1700000000, 0)))
 	if err != nil {
 		t.Fatalf("OpenState on an empty dir: %v", err)
 	}
@@ -59,7 +67,7 @@ func TestStatePersistsAndRefusesCorruption(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("checkpoint file: %v, %v", fi, err)
 	}
-	again, err := OpenState(dir, ActuatedStateFile)
+	again, err := OpenState(context.Background(), dir, ActuatedStateFile, clocktesting.NewFakeClock(time.Unix(1700000000, 0)))
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
@@ -76,14 +84,112 @@ func TestStatePersistsAndRefusesCorruption(t *testing.T) {
 		t.Fatal("RemovePod rewrote the checkpoint")
 	}
 
-	blob, _ := os.ReadFile(path)
-	if err := os.WriteFile(path, []byte(strings.Replace(string(blob), "64Mi", "65Mi", 1)), 0o600); err != nil {
+}
+
+// A checkpoint that does not read back (a wrong checksum, truncated, garbage)
+// does not stop nodelet: the state starts empty (the pods are admitted again
+// at their specs), the log names the file, and its bytes are kept aside.
+func TestStateSetsAsideCorruptCheckpoint(t *testing.T) {
+	r := v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
+	for name, corrupt := range map[string]func([]byte) []byte{
+		"checksum":  func(b []byte) []byte { return []byte(strings.Replace(string(b), "64Mi", "65Mi", 1)) },
+		"truncated": func(b []byte) []byte { return b[:len(b)/2] },
+		"empty":     func([]byte) []byte { return nil },
+		"garbage":   func(b []byte) []byte { return bytes.Repeat([]byte{0xff, 0x00}, len(b)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
+			s, err := OpenState(context.Background(), dir, AllocatedStateFile, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetContainer("uid-a", "app", r); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, AllocatedStateFile)
+			blob, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := corrupt(blob)
+			if err := os.WriteFile(path, bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs))))
+			again, err := OpenState(ctx, dir, AllocatedStateFile, clk)
+			if err != nil {
+				t.Fatalf("a corrupt checkpoint stopped the start: %v", err)
+			}
+			if uids := again.UIDs(); len(uids) != 0 {
+				t.Errorf("state from a corrupt checkpoint holds %v, want nothing", uids)
+			}
+			if !strings.Contains(logs.String(), "Ignoring a corrupt pod resource checkpoint") || !strings.Contains(logs.String(), path) {
+				t.Errorf("the log does not name the ignored file:\n%s", logs.String())
+			}
+			kept, err := os.ReadFile(path + ".corrupt-1700000000")
+			if err != nil || !bytes.Equal(kept, bad) {
+				t.Errorf("corrupt file not kept aside: %q, %v", kept, err)
+			}
+			// The next allocation writes a good checkpoint again.
+			if err := again.SetContainer("uid-b", "app", r); err != nil {
+				t.Fatal(err)
+			}
+			third, err := OpenState(ctx, dir, AllocatedStateFile, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := third.Container("uid-b", "app"); !ok {
+				t.Error("the checkpoint written after a corrupt one does not read back")
+			}
+		})
+	}
+}
+
+// A write that fails (here: the root dir is not writable, as a full disk
+// fails it) is not forgotten: Flush writes it once it can.
+func TestStateRetriesFailedWrite(t *testing.T) {
+	// A file where the directory should be fails the write even for root.
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "root")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = OpenState(dir, ActuatedStateFile)
-	if err == nil || !strings.Contains(err.Error(), "please drain this node and delete pod resource information checkpoint file") ||
-		!strings.Contains(err.Error(), path) {
-		t.Fatalf("corrupted checkpoint: err = %v", err)
+	s := &State{path: filepath.Join(dir, AllocatedStateFile), pods: map[types.UID]PodResourceInfo{}}
+	r := v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
+	if err := s.SetContainer("uid-a", "app", r); err == nil {
+		t.Fatal("a write into a file as directory succeeded")
+	}
+	if err := s.Flush(); err == nil {
+		t.Fatal("Flush succeeded while the write still cannot")
+	}
+	// Space (here: the directory) comes back.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	back, err := OpenState(context.Background(), dir, AllocatedStateFile, clocktesting.NewFakeClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := back.Container("uid-a", "app"); !ok {
+		t.Fatal("the allocation whose write failed never reached the checkpoint")
+	}
+	// Nothing behind: Flush does not write (the file is left as is).
+	if err := os.Remove(s.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.path); !os.IsNotExist(err) {
+		t.Errorf("Flush wrote with nothing behind: %v", err)
 	}
 }
 
@@ -108,4 +214,39 @@ func TestStateCopiesAndOrphans(t *testing.T) {
 	if uids := s.UIDs(); len(uids) != 1 || uids[0] != "b" {
 		t.Fatalf("UIDs after orphan removal = %v", uids)
 	}
+}
+
+// RunFlusher writes a checkpoint whose write failed once it can, without any
+// further allocation, and stops with its context.
+func TestRunFlusherRetries(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "root")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &State{path: filepath.Join(dir, AllocatedStateFile), pods: map[types.UID]PodResourceInfo{}}
+	if err := s.SetContainer("uid-a", "app", v1.ResourceRequirements{}); err == nil {
+		t.Fatal("a write into a file as directory succeeded")
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.RunFlusher(ctx, clk, 10*time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "the failed write to land", func() bool {
+		if clk.HasWaiters() {
+			clk.Step(10 * time.Second)
+		}
+		_, err := os.Stat(s.path)
+		return err == nil
+	})
 }

@@ -224,6 +224,19 @@ func (c *Client) validateImage(ctx context.Context) error {
 // IsNotFound reports whether err (possibly wrapped) carries gRPC code NotFound.
 func IsNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
+// IsContainerBusy reports whether err is containerd refusing to remove a
+// container another call is starting or removing now ("container is in
+// starting state, can't be removed", "container is already in removing
+// state"): the same request succeeds once that call ended. containerd sends
+// these with no particular gRPC code, so the message is all there is.
+func IsContainerBusy(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	return strings.Contains(msg, "is in starting state") || strings.Contains(msg, "already in removing state")
+}
+
 // IsUnimplemented reports whether err (possibly wrapped) carries gRPC code
 // Unimplemented: the runtime does not have the method.
 func IsUnimplemented(err error) bool { return status.Code(err) == codes.Unimplemented }

@@ -221,7 +221,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 		switch prev.State {
 		case runtimeapi.ContainerState_CONTAINER_CREATED:
 			// Created but never started (nodelet stopped in between): start a new
-			// instance, as upstream; the stale one is left to garbage collection.
+			// instance; the start removes the stale one first (startContainer).
 			start = append(start, i)
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
@@ -306,7 +306,8 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 		switch {
 		case prev == nil || prev.State == runtimeapi.ContainerState_CONTAINER_CREATED:
 			// Never started, or created but not started (nodelet stopped in between):
-			// start a new instance whatever the restart policy, as upstream.
+			// start a new instance whatever the restart policy, as upstream; the
+			// start removes the created one first and reuses its attempt.
 			a.StartContainers = append(a.StartContainers, i)
 			wanted++
 		case prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING:

@@ -23,6 +23,7 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
+	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
@@ -71,6 +72,16 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	if prev := latestByName(st)[c.Name]; prev != nil {
 		n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
 		restartCount = n + 1
+		if prev.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+			// Created and never started: a nodelet killed between CreateContainer
+			// and StartContainer left it. It goes first and its replacement takes
+			// its attempt number (it never ran: no restart), so the pod never has
+			// two instances of the container.
+			if err := m.removeLeftover(ctx, pod, prev); err != nil {
+				return nil, err
+			}
+			restartCount = n
+		}
 	}
 	node := m.node()
 	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
@@ -160,6 +171,31 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		return &podstatus.Waiting{Reason: "PostStartHookError", Message: err.Error()}, err
 	}
 	return nil, nil
+}
+
+// errLeftoverBusy says a container left created could not be removed yet: a
+// StartContainer of the nodelet that created it is still running in the
+// runtime. The sync is tried again shortly; nothing failed.
+var errLeftoverBusy = errors.New("a container left created by an earlier nodelet is still being started by the runtime")
+
+// leftoverRetry is how soon a pod whose leftover container is busy is synced again.
+const leftoverRetry = time.Second
+
+// removeLeftover removes a container left created (never started).
+func (m *Manager) removeLeftover(ctx context.Context, pod *v1.Pod, prev *runtimeapi.ContainerStatus) error {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", containerName(prev), "containerID", prev.GetId())
+	err := m.rt.RemoveContainer(ctx, prev.GetId())
+	switch {
+	case err == nil || isNotFound(err):
+		logger.Info("Removed a container left created and never started (nodelet stopped in between) before creating its replacement",
+			"attempt", prev.GetMetadata().GetAttempt())
+		return nil
+	case cri.IsContainerBusy(err):
+		logger.Info("Container left created is still being started by the runtime; syncing the pod again shortly", "err", err, "retryAfter", leftoverRetry)
+		return fmt.Errorf("removing container %s: %w: %w", prev.GetId(), errLeftoverBusy, err)
+	default:
+		return fmt.Errorf("removing container %s left created and never started: %w", prev.GetId(), err)
+	}
 }
 
 // mounts turns volumeMounts into CRI mounts, plus the termination-message file and
@@ -275,7 +311,14 @@ func (m *Manager) writeHostsFile(pod *v1.Pod, podIPs []string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return fmt.Errorf("creating pod directory: %w", err)
 	}
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+	// Written on every sync: only when it differs, and atomically, so a running
+	// container never reads a half-written file and a full disk or a crash never
+	// leaves it truncated (a truncated one differs, and is written again).
+	// Containers started earlier keep the file they mounted.
+	if cur, err := os.ReadFile(p); err == nil && string(cur) == b.String() {
+		return nil
+	}
+	if err := atomicfile.WriteFile(p, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing pod hosts file: %w", err)
 	}
 	return nil

@@ -414,6 +414,14 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 			return f.err
 		}
 		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
+		if errors.Is(err, errLeftoverBusy) {
+			// Not a failure: the runtime is still starting the earlier instance.
+			// No new one is made meanwhile; the pod is synced again shortly.
+			if res.RequeueAfter == 0 || leftoverRetry < res.RequeueAfter {
+				res.RequeueAfter = leftoverRetry
+			}
+			return nil
+		}
 		if w == nil && err == nil {
 			res.Changed = true
 		}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,5 +158,57 @@ func TestPodHostnameAndHostsFile(t *testing.T) {
 				t.Errorf("hosts file has %q:\n%s", tt.notInHosts, data)
 			}
 		})
+	}
+}
+
+// The pod's hosts file is written on every sync: only when it differs (the
+// file containers mounted is left alone), and a truncated one (ENOSPC, a
+// crash; issue 20 scenario 8) is written whole again.
+func TestHostsFileRewrittenOnlyWhenItDiffers(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1"}}
+	m := &Manager{cfg: Config{RootDir: t.TempDir(), ClusterDomain: "cluster.local"}}
+	if err := m.writeHostsFile(pod, []string{"10.0.0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	p := m.hostsFilePath(pod.UID)
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.writeHostsFile(pod, []string{"10.0.0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.ModTime().Equal(old) {
+		t.Errorf("an unchanged hosts file was written again: %v, %v", fi.ModTime(), err)
+	}
+	if err := os.WriteFile(p, want[:len(want)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	truncated, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.writeHostsFile(pod, []string{"10.0.0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != string(want) {
+		t.Errorf("truncated hosts file after a sync = %q, %v; want it whole again", got, err)
+	}
+	// Replaced by a rename, not rewritten in place: no reader sees it half written.
+	if now, err := os.Stat(p); err != nil || os.SameFile(truncated, now) {
+		t.Errorf("the hosts file was rewritten in place (%v)", err)
+	}
+	entries, err := os.ReadDir(filepath.Dir(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "etc-hosts" {
+			t.Errorf("left in the pod dir: %s", e.Name())
+		}
 	}
 }

@@ -121,9 +121,10 @@ func TestInitContainerLeftCreatedIsStartedAfterRestart(t *testing.T) {
 	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
 		t.Fatalf("sync after the restart: %v", err)
 	}
-	want := []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED, runtimeapi.ContainerState_CONTAINER_RUNNING}
+	// The leftover is removed first: one instance, running.
+	want := []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}
 	if got := r.containers(pod, "setup"); !slices.Equal(got, want) {
-		t.Fatalf("init container states after the restart = %v, want %v (a new instance runs)", got, want)
+		t.Fatalf("init container states after the restart = %v, want %v (a new instance runs, the leftover is gone)", got, want)
 	}
 
 	r.fake.ExitContainer(r.containerID(pod, "setup", runtimeapi.ContainerState_CONTAINER_RUNNING), 0, "")
@@ -132,6 +133,86 @@ func TestInitContainerLeftCreatedIsStartedAfterRestart(t *testing.T) {
 	}
 	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
 		t.Fatalf("app container states = %v, want it running: the pod completed init", got)
+	}
+}
+
+// Nodelet killed between CreateContainer and StartContainer of an app
+// container (issue 20 scenario 1): after its restart the leftover is removed
+// before its replacement is created, and the replacement takes its attempt
+// number (it never ran: restart count 0), so the pod has one container.
+func TestAppContainerLeftCreatedIsReplacedAfterRestart(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("app-created", v1.RestartPolicyAlways, nil, "app")
+	r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the first sync's start was meant to fail")
+	}
+	leftover := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_CREATED)
+
+	r.fake.ResetCalls()
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync after the restart: %v", err)
+	}
+	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Fatalf("app container states = %v, want one running (leftover removed)", got)
+	}
+	calls := r.fake.Calls()
+	rm, create := slices.Index(calls, "RemoveContainer"), slices.Index(calls, "CreateContainer")
+	if rm < 0 || create < 0 || rm > create {
+		t.Errorf("calls %v: want RemoveContainer of the leftover before CreateContainer", calls)
+	}
+	if cfg := r.fake.ContainerConfig(leftover); cfg != nil {
+		t.Errorf("leftover %s still exists", leftover)
+	}
+	running := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING)
+	cfg := r.fake.ContainerConfig(running)
+	if cfg.GetMetadata().GetAttempt() != 0 || cfg.GetAnnotations()[cri.AnnotationContainerRestartCount] != "0" {
+		t.Errorf("replacement attempt %d, restartCount %q: want 0, the leftover's (it never ran)",
+			cfg.GetMetadata().GetAttempt(), cfg.GetAnnotations()[cri.AnnotationContainerRestartCount])
+	}
+}
+
+// containerd refuses to remove a container whose StartContainer (from the
+// nodelet that was killed) is still in flight. That is retried shortly: the
+// sync does not fail, the container gets no Waiting reason, and no second
+// instance is created meanwhile.
+func TestRemoveStartingContainerRetried(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("app-starting", v1.RestartPolicyAlways, nil, "app")
+	r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the first sync's start was meant to fail")
+	}
+
+	m := r.manager() // restarted
+	// containerd's words (internal/cri/server/container_remove.go), code Unknown.
+	r.fake.InjectError("RemoveContainer", errors.New(`failed to set removing state for container "abc": container is in starting state, can't be removed`))
+	r.fake.ResetCalls()
+	res, err := m.SyncPod(ctx, pod, r.status(pod))
+	if err != nil {
+		t.Fatalf("a busy leftover failed the sync: %v", err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second {
+		t.Errorf("RequeueAfter = %v, want a short retry", res.RequeueAfter)
+	}
+	if w, ok := res.Waiting["app"]; ok {
+		t.Errorf("app waits with %v: a busy leftover is no failure", w)
+	}
+	if slices.Contains(r.fake.Calls(), "CreateContainer") {
+		t.Errorf("a second instance was created while the leftover was busy: %v", r.fake.Calls())
+	}
+	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED}) {
+		t.Fatalf("app container states = %v, want the leftover only", got)
+	}
+
+	// The retry finds the runtime done with it.
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("retried sync: %v", err)
+	}
+	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Fatalf("app container states after the retry = %v, want one running", got)
 	}
 }
 

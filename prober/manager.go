@@ -144,6 +144,9 @@ func (m *Manager) AddPod(ctx context.Context, pod *v1.Pod) {
 			}
 			wctx, cancel := context.WithCancel(ctx)
 			w := newWorker(m, k, pod, c, p, cancel)
+			if t == Readiness {
+				m.carryReadiness(ctx, w, pod, c.Name)
+			}
 			m.workers[k] = w
 			m.wg.Add(1)
 			go func() {
@@ -153,6 +156,25 @@ func (m *Manager) AddPod(ctx context.Context, pod *v1.Pod) {
 			}()
 		}
 	}
+}
+
+// carryReadiness gives a new readiness worker's container the Ready its API
+// status shows when CarriedReady says so: the result is in place before the
+// worker's first probe (which may wait up to a period, the start-up jitter),
+// so the container's status stays Ready meanwhile. It reports no update: the
+// API already says ready.
+func (m *Manager) carryReadiness(ctx context.Context, w *worker, pod *v1.Pod, name string) {
+	api, ok := apiContainerStatus(pod, name)
+	if !ok {
+		return
+	}
+	id, carry := CarriedReady(api, m.start)
+	if !carry || !m.readiness.setIfAbsent(id, Success) {
+		return
+	}
+	w.carriedID = id
+	klog.FromContext(ctx).V(2).Info("Readiness carried across the restart until the first probe result",
+		"pod", klog.KObj(pod), "podUID", pod.UID, "container", name, "containerID", id)
 }
 
 // RemovePod stops the pod's workers (they forget their results on the way out)

@@ -48,6 +48,18 @@ func (r *results) set(ctx context.Context, id string, res Result, uid types.UID)
 	}
 }
 
+// setIfAbsent stores res for id, without reporting it, unless id has a
+// result already; it says whether it stored it.
+func (r *results) setIfAbsent(id string, res Result) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byID[id]; ok {
+		return false
+	}
+	r.byID[id] = res
+	return true
+}
+
 func (r *results) remove(id string) {
 	r.mu.Lock()
 	delete(r.byID, id)

@@ -34,6 +34,10 @@ type worker struct {
 	// onHold stops probing a container that failed liveness or finished its
 	// startup verdict, until a new container ID replaces it.
 	onHold bool
+	// carriedID is the container whose readiness was carried across the
+	// restart (carryReadiness): it keeps that result, not the initial one,
+	// until its probe decides. Set before the goroutine starts.
+	carriedID string
 }
 
 func newWorker(m *Manager, k workerKey, pod *v1.Pod, c *v1.Container, p *v1.Probe, cancel context.CancelFunc) *worker {
@@ -87,6 +91,10 @@ func (w *worker) run(ctx context.Context) {
 		w.cancel()
 		if w.containerID != "" {
 			w.results.remove(w.containerID)
+		}
+		if w.carriedID != "" && w.carriedID != w.containerID {
+			// Carried for a container the worker never saw run.
+			w.results.remove(w.carriedID)
 		}
 		w.m.removeWorker(w)
 		w.forgetMetrics()
@@ -150,8 +158,15 @@ func (w *worker) doProbe(ctx context.Context) bool {
 		if w.containerID != "" {
 			w.results.remove(w.containerID)
 		}
+		if w.carriedID != "" && id != w.carriedID {
+			// The carried container is gone: its result goes with it.
+			w.results.remove(w.carriedID)
+			w.carriedID = ""
+		}
 		w.containerID = id
-		w.results.set(ctx, id, w.initial, w.pod.UID)
+		if id != w.carriedID {
+			w.results.set(ctx, id, w.initial, w.pod.UID)
+		}
 		w.onHold = false
 		w.lastResult, w.resultRun = Unknown, 0
 	}

@@ -305,3 +305,25 @@ func TestProcessShutdownZeroGraceGroupDoesNotWait(t *testing.T) {
 		t.Fatalf("calls = %+v, want crit killed with grace 0", c)
 	}
 }
+
+// A truncated or garbage state file (issue 20 scenario 8) does not stop the
+// manager: it is ignored (logged) and the gauges stay unset.
+func TestCorruptStateFileIgnored(t *testing.T) {
+	for name, content := range map[string]string{"truncated": `{"startTime":"2026-12-`, "garbage": "\xde\xad\x00{"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, StateFileName), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			k := &fakeKiller{clock: clocktesting.NewFakeClock(t0), rootDir: dir}
+			m, err := NewManager(Options{Groups: []Group{{0, time.Second}}, Killer: k, Lister: func() []*v1.Pod { return nil }, RootDir: dir, Clock: k.clock, Registerer: reg})
+			if err != nil || m == nil {
+				t.Fatalf("a corrupt state file stopped the manager: %v", err)
+			}
+			if v := testutil.ToFloat64(m.startGauge); v != 0 {
+				t.Errorf("start gauge = %v from a corrupt file, want unset", v)
+			}
+		})
+	}
+}

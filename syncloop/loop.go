@@ -157,6 +157,12 @@ type Deps struct {
 	// Actuated, when set, says what the runtime was told of container
 	// resources, for PodResizeInProgress and status.containerStatuses[].resources.
 	Actuated ActuatedResources
+	// EventsInUse, when set, says whether the evented PLEG follows the
+	// runtime's event stream now (pleg.Evented.InUse): then a sync or kill
+	// asks for no relist, the events bring its changes as upstream's; nil
+	// or false (the generic PLEG, or the evented one fallen back to
+	// relisting) relists soon after each sync that changed something.
+	EventsInUse func() bool
 }
 
 // Loop is the sync loop.
@@ -826,8 +832,12 @@ func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bo
 	}
 }
 
-// requestRelist asks for a relist soon; requests coalesce.
+// requestRelist asks for a relist soon; requests coalesce. While runtime
+// events are followed it asks nothing: they bring the change.
 func (l *Loop) requestRelist() {
+	if l.deps.EventsInUse != nil && l.deps.EventsInUse() {
+		return
+	}
 	select {
 	case l.relistNow <- struct{}{}:
 	default:

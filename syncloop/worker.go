@@ -159,6 +159,14 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	}
 	st := l.statusFor(ctx, w.uid, w.lastSync)
 	prev := l.previousStatus(pod)
+	if l.deps.Probes != nil && !podutil.IsTerminal(prev.Phase) {
+		// Before the status is generated: a container with a readiness probe
+		// and no worker yet would be reported ready (after a restart, one the
+		// API shows not ready would flap NotReady→Ready→NotReady); a worker
+		// made now answers from its first result, or from the Ready carried
+		// across the restart (prober.CarriedReady).
+		l.deps.Probes.AddPod(probeCtx, pod)
+	}
 	// The runtime is driven toward the resources the pod was allocated, which
 	// differ from its spec while a resize is pending.
 	allocated, _ := l.deps.Allocations.UpdatePodFromAllocation(pod)
@@ -169,9 +177,6 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	if podutil.IsTerminal(status.Phase) {
 		logger.V(2).Info("Pod reached a terminal phase", "phase", status.Phase)
 		return opResult{Op: opSync, Terminal: true}
-	}
-	if l.deps.Probes != nil {
-		l.deps.Probes.AddPod(probeCtx, pod)
 	}
 	if l.deps.Objects != nil {
 		// Before the runtime reads them: the pod may reference new objects.

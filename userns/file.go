@@ -33,10 +33,14 @@ func encodeMappings(hostID, length uint32) []byte {
 // parseMappings reads a pod's file back, accepting only what nodelet (or the
 // upstream kubelet) writes: exactly one mapping, the same for UIDs and GIDs,
 // mapping container ID 0.
+// errUnreadableMappings is a mappings file that is not JSON at all
+// (truncated, garbage): corruption, not a file of another meaning.
+var errUnreadableMappings = errors.New("not JSON")
+
 func parseMappings(data []byte) (hostID, length uint32, err error) {
 	var f mappingsJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return 0, 0, fmt.Errorf("invalid user namespace mappings file: %w", err)
+		return 0, 0, fmt.Errorf("invalid user namespace mappings file: %w: %w", errUnreadableMappings, err)
 	}
 	switch {
 	case len(f.UIDMappings) != 1:

@@ -40,6 +40,8 @@ type Options struct {
 	Handlers Handlers
 	// Intn picks where the search for a free range starts; rand.IntN if nil.
 	Intn func(n int) int
+	// Clock dates a corrupt file set aside; the real clock if nil.
+	Clock clock.PassiveClock
 }
 
 // Manager keeps the pods' user namespace ranges: in memory (Allocator) and in
@@ -51,17 +53,30 @@ type Manager struct {
 
 	mu    sync.Mutex
 	alloc *Allocator
+	// unknown are the pods whose file was corrupt at start, with where it was
+	// set aside: their ranges may be in use, so no new range is given out
+	// until they are gone.
+	unknown map[types.UID]string
 }
 
 // Open checks the mapping and records the ranges of the pods already on disk.
-// A file it cannot read back stops it, as upstream's start: giving that range
-// to another pod could map two pods onto the same host IDs.
+// A file that is not JSON (truncated, garbage) is logged naming it and set
+// aside, and the start goes on: the pod keeps running, but its range is
+// unknown, and giving that range to another pod could map two pods onto the
+// same host IDs, so no new range is given out while that pod is on the node
+// (GetOrCreateUserNamespaceMappings says why). A file that cannot be read,
+// JSON that is not a valid mapping, or two files claiming the same range
+// stop it, as upstream's start.
 func Open(ctx context.Context, opts Options) (*Manager, error) {
 	alloc, err := NewAllocator(opts.First, opts.Length, opts.IDsPerPod, opts.MaxPods)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet mappings: %w", err)
 	}
-	m := &Manager{podsDir: opts.PodsDir, handlers: opts.Handlers, intn: opts.Intn, alloc: alloc}
+	m := &Manager{podsDir: opts.PodsDir, handlers: opts.Handlers, intn: opts.Intn, alloc: alloc, unknown: map[types.UID]string{}}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	if m.intn == nil {
 		m.intn = rand.IntN
 	}
@@ -79,6 +94,13 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("record pod mappings for existing pod %q: %w", uid, err)
 		}
 		if data == nil {
+			continue
+		}
+		if _, _, perr := parseMappings(data); errors.Is(perr, errUnreadableMappings) {
+			aside, aerr := atomicfile.SetAside(m.path(uid), clk.Now())
+			m.unknown[uid] = aside
+			klog.FromContext(ctx).Error(perr, "Ignoring a corrupt user namespace mappings file: the pod keeps running, no new user namespace range is given out while it is on the node",
+				"path", m.path(uid), "podUID", uid, "setAsideAs", aside, "setAsideErr", aerr)
 			continue
 		}
 		if err := m.record(uid, data); err != nil {
@@ -150,6 +172,9 @@ func (m *Manager) GetOrCreateUserNamespaceMappings(pod *v1.Pod, runtimeHandler s
 		}
 		hostID, _ = m.alloc.Allocated(pod.UID)
 	} else {
+		if err := m.unknownRangesLocked(); err != nil {
+			return nil, fmt.Errorf("create user namespace: %w", err)
+		}
 		_, had := m.alloc.Allocated(pod.UID)
 		hostID, err = m.alloc.Allocate(pod.UID, m.intn(len(m.alloc.used)))
 		if err != nil {
@@ -166,6 +191,15 @@ func (m *Manager) GetOrCreateUserNamespaceMappings(pod *v1.Pod, runtimeHandler s
 		return []*runtimeapi.IDMapping{{HostId: hostID, ContainerId: 0, Length: length}}
 	}
 	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: mapping(), Gids: mapping()}, nil
+}
+
+// unknownRangesLocked refuses a new range while a pod whose file was corrupt
+// is on the node, naming one such pod and its file.
+func (m *Manager) unknownRangesLocked() error {
+	for uid, aside := range m.unknown {
+		return fmt.Errorf("the user namespace range of pod %s is unknown (its mappings file was corrupt at start, set aside as %q): no new range is given out until that pod is gone from the node (%d such pods)", uid, aside, len(m.unknown))
+	}
+	return nil
 }
 
 func (m *Manager) writeFile(uid types.UID, hostID, length uint32) error {
@@ -213,6 +247,7 @@ func (m *Manager) Release(ctx context.Context, uid types.UID) {
 }
 
 func (m *Manager) releaseLocked(ctx context.Context, uid types.UID) {
+	delete(m.unknown, uid)
 	had := m.alloc.Release(uid)
 	if err := os.Remove(m.path(uid)); err != nil && !os.IsNotExist(err) {
 		klog.FromContext(ctx).Error(err, "Removing the user namespace file of a removed pod", "podUID", uid)
@@ -231,6 +266,12 @@ func (m *Manager) CleanupOrphans(ctx context.Context) {
 	for _, uid := range m.alloc.Pods() {
 		if _, err := os.Lstat(filepath.Join(m.podsDir, string(uid))); os.IsNotExist(err) {
 			m.releaseLocked(ctx, uid)
+		}
+	}
+	for uid := range m.unknown {
+		if _, err := os.Lstat(filepath.Join(m.podsDir, string(uid))); os.IsNotExist(err) {
+			delete(m.unknown, uid)
+			klog.FromContext(ctx).Info("Pod with an unknown user namespace range is gone; new ranges are given out again", "podUID", uid)
 		}
 	}
 }

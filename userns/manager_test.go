@@ -1,6 +1,7 @@
 package userns
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -160,7 +163,6 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		files   map[string]string
 		wantErr string
 	}{
-		{name: "not JSON", files: map[string]string{"a": "{"}, wantErr: "invalid user namespace mappings file"},
 		{name: "two mappings", files: map[string]string{"a": `{"uidMappings":[{"hostId":65536,"length":65536},{"hostId":131072,"length":65536}],"gidMappings":[]}`},
 			wantErr: "no more than one mapping allowed"},
 		{name: "uid and gid differ", files: map[string]string{"a": `{"uidMappings":[{"hostId":65536,"length":65536}],"gidMappings":[{"hostId":131072,"length":65536}]}`},
@@ -188,6 +190,56 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// A mappings file that is not JSON (truncated, garbage) does not stop the
+// start (issue 20 scenario 8): it is logged naming it and set aside; the
+// other pods keep their ranges; no new range is given out while the pod with
+// the unknown range is on the node, and is again once its directory is gone.
+func TestOpenSetsAsideCorruptFile(t *testing.T) {
+	dir := t.TempDir()
+	good := encodeMappings(UnitLength, UnitLength)
+	for uid, content := range map[string][]byte{"good": good, "truncated": good[:len(good)/2], "garbage": {0xff, 0, 0xfe}} {
+		if err := os.MkdirAll(filepath.Join(dir, uid), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, uid, MappingsFile), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs))))
+	clk := testingclock.NewFakeClock(time.Unix(1700000000, 0))
+	m, err := Open(ctx, Options{PodsDir: dir, First: UnitLength, Length: 8 * UnitLength, IDsPerPod: UnitLength, MaxPods: 8,
+		Handlers: handlers(handler("", true)), Intn: func(int) int { return 0 }, Clock: clk})
+	if err != nil {
+		t.Fatalf("a corrupt mappings file stopped the start: %v", err)
+	}
+	for _, uid := range []string{"truncated", "garbage"} {
+		path := filepath.Join(dir, uid, MappingsFile)
+		if !strings.Contains(logs.String(), path) {
+			t.Errorf("the log does not name %s:\n%s", path, logs.String())
+		}
+		if _, err := os.Stat(path + ".corrupt-1700000000"); err != nil {
+			t.Errorf("%s not set aside: %v", path, err)
+		}
+	}
+	if got, ok := m.alloc.Allocated("good"); !ok || got != UnitLength {
+		t.Errorf("the good pod's range = %d, %v; want %d", got, ok, UnitLength)
+	}
+	_, err = m.GetOrCreateUserNamespaceMappings(usernsPod("new", ptr.To(false)), "")
+	if err == nil || !strings.Contains(err.Error(), "is unknown") {
+		t.Fatalf("a new range was given out while a pod's range is unknown: %v", err)
+	}
+	for _, uid := range []string{"truncated", "garbage"} {
+		if err := os.RemoveAll(filepath.Join(dir, uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.CleanupOrphans(ctx)
+	if _, err := m.GetOrCreateUserNamespaceMappings(usernsPod("new", ptr.To(false)), ""); err != nil {
+		t.Fatalf("no range once the pods with unknown ranges are gone: %v", err)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // WriteFile replaces path with data, mode perm exactly (the umask does not
@@ -78,4 +80,21 @@ func SyncDir(dir string) error {
 		return err
 	}
 	return errors.Join(d.Sync(), d.Close())
+}
+
+// corruptMarker is in the name of a file SetAside moved.
+const corruptMarker = ".corrupt-"
+
+// SetAside renames a file that does not read back to <path>.corrupt-<unix
+// seconds of now>, so its owner can start without it while the bytes stay
+// for whoever investigates, and returns the new path.
+func SetAside(path string, now time.Time) (string, error) {
+	aside := path + corruptMarker + strconv.FormatInt(now.Unix(), 10)
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("setting aside %s: %w", path, err)
+	}
+	if err := SyncDir(filepath.Dir(path)); err != nil {
+		return aside, fmt.Errorf("syncing the directory of %s: %w", path, err)
+	}
+	return aside, nil
 }

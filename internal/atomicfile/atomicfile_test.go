@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestWriteFileModeAndNoLeftovers(t *testing.T) {
@@ -120,5 +121,26 @@ func TestWriteFileReadersSeeWholeFiles(t *testing.T) {
 	close(stop)
 	if n, ok := <-torn; ok {
 		t.Fatalf("a reader saw a torn file of %d bytes", n)
+	}
+}
+
+func TestSetAsideKeepsTheBytes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "allocated_pods_state")
+	if err := os.WriteFile(path, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aside, err := SetAside(path, time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := path + ".corrupt-1700000000"; aside != want {
+		t.Fatalf("set aside at %s, want %s", aside, want)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the corrupt file is still at its path: %v", err)
+	}
+	if b, err := os.ReadFile(aside); err != nil || string(b) != "garbage" {
+		t.Errorf("set-aside content %q, %v", b, err)
 	}
 }

@@ -80,8 +80,11 @@ func TestAPIServerStopped(t *testing.T) {
 	// The watch event reaches nodelet at once; its StopContainer then runs for the grace.
 	time.Sleep(2 * time.Second)
 
-	apiserver.stop(t, syscall.SIGTERM, 30*time.Second)
+	// The outage starts with SIGTERM: the API server stops taking requests at once, though its
+	// drain can take long on a loaded machine (past 10 s it is killed).
 	downAt := time.Now()
+	apiserver.stop(t, syscall.SIGTERM, 10*time.Second)
+	figure(t, "apiserver_exit_after_sigterm", time.Since(downAt))
 	t.Logf("kube-apiserver stopped at %s", downAt.UTC().Format(time.RFC3339Nano))
 	// The finishers exit during the outage: straight over CRI, the API server being down.
 	for _, name := range finNames {
@@ -190,7 +193,11 @@ func TestAPIServerStopped(t *testing.T) {
 
 	// No running pod was killed: the same containers, still running, no restarts.
 	checkContainersRunning(t, ctx, f, before, runNames, "after the outage")
-	after := podContainers(waitAllReady(t, ctx, cs, ns, running+apiFinishers, time.Minute))
+	list, err := listPods(ctx, cs, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := podContainers(list)
 	var changed []string
 	for _, name := range runNames {
 		if after[name] != before[name] {

@@ -22,7 +22,7 @@
 //	6 TestChurn                     -chaos.churn=100       create/delete cycles (issue: 1000)
 //	                                -chaos.churn-batch=50  pods per batch
 //	7 TestSlowRuntime               -chaos.slow-delay=2s     every CRI call delayed (framework CRIProxy.SetDelay)
-//	                                -chaos.slow-for=45s      for this long (slow_runtime_test.go)
+//	                                -chaos.slow-for=30s      for this long (slow_runtime_test.go)
 //	8 TestCorruptStateFiles         -chaos.state-pods=5    every root-dir file truncated / garbage
 //	                                -chaos.state-each      also one start per file when all pass
 package chaos

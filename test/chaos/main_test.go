@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
@@ -266,7 +267,7 @@ func runtimeCheck(ctx context.Context, c *framework.CRIClient, pods []v1.Pod) ([
 	}
 	for _, ctr := range ctrs {
 		uid := ctr.Labels[framework.LabelPodUID]
-		desc := fmt.Sprintf("%s(%s attempt %d %s sandbox %s)", short(ctr.Id), ctr.GetMetadata().GetName(), ctr.GetMetadata().GetAttempt(), ctr.State, short(ctr.PodSandboxId))
+		desc := fmt.Sprintf("%s(%s attempt %d %s sandbox %s%s)", short(ctr.Id), ctr.GetMetadata().GetName(), ctr.GetMetadata().GetAttempt(), ctr.State, short(ctr.PodSandboxId), whyNotRunning(ctx, c, ctr))
 		if _, ok := want[uid]; !ok {
 			problems = append(problems, "orphan container "+desc+" of uid "+uid)
 			continue
@@ -287,6 +288,20 @@ func runtimeCheck(ctx context.Context, c *framework.CRIClient, pods []v1.Pod) ([
 		}
 	}
 	return problems, nil
+}
+
+// whyNotRunning is ", exit <code> <reason>: <message>" for a container that is not running
+// (what `crictl inspect` would show), "" otherwise.
+func whyNotRunning(ctx context.Context, c *framework.CRIClient, ctr *runtimeapi.Container) string {
+	if ctr.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return ""
+	}
+	st, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr.Id})
+	if err != nil {
+		return fmt.Sprintf(", status: %v", err)
+	}
+	s := st.GetStatus()
+	return fmt.Sprintf(", exit %d %s: %q", s.GetExitCode(), s.GetReason(), s.GetMessage())
 }
 
 func short(id string) string {

@@ -25,7 +25,7 @@ import (
 
 var (
 	slowDelay = flag.Duration("chaos.slow-delay", 2*time.Second, "TestSlowRuntime: delay of every CRI call")
-	slowFor   = flag.Duration("chaos.slow-for", 45*time.Second, "TestSlowRuntime: how long the runtime stays slow")
+	slowFor   = flag.Duration("chaos.slow-for", 30*time.Second, "TestSlowRuntime: how long the runtime stays slow")
 )
 
 const (

@@ -3,7 +3,12 @@
 // or restarted mid-work, the runtime killed, the API server stopped, the root dir full,
 // a slow runtime, corrupt state files, churn — then asserts what a user would check:
 // nothing lost, nothing doubled, recovery within its bound. Counts are trimmed for CI;
-// flags raise them (see each test). Run: `rig-chaos <repo> <regexp>` or hack/test-all.sh.
+// flags raise them (see each test). Run with the rig up (test/rig/up.sh) and nodelet built:
+//
+//	NODELET_RIG_ENV=/var/lib/nodelet-rig/rig.env NODELET_BIN=$PWD/_output/nodelet \
+//	  go test -tags chaos -v -count=1 -timeout 30m ./test/chaos/ [-run X] [-args -chaos.churn=1000]
+//
+// hack/test-all.sh runs the CI set (its CHAOS_RUN) after the e2e tests on the same rig.
 //
 // Every measured figure is logged as `CHAOS <test> <name>=<value>` (grep CHAOS), with the
 // machine's load average beside it (loadavg=1m/5m/15m): the rig shares its cores.

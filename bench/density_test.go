@@ -4,7 +4,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -114,23 +112,8 @@ func TestDensity(t *testing.T) {
 	}
 
 	// /stats/summary, after the window so that its cost is not in the steady state's CPU.
-	path := "/api/v1/nodes/" + f.Env.NodeName + "/proxy/stats/summary"
-	var lat []time.Duration
-	var size, pods int
 	_, cpu2 := procStats(t, n.Pid())
-	for range summaryRequests {
-		t0 := time.Now()
-		body, err := cs.CoreV1().RESTClient().Get().AbsPath(path).DoRaw(ctx)
-		lat = append(lat, time.Since(t0))
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		var s statsapi.Summary
-		if err := json.Unmarshal(body, &s); err != nil {
-			t.Fatalf("decoding the Summary: %v", err)
-		}
-		size, pods = len(body), len(s.Pods)
-	}
+	lat, size, pods := summaryLatencies(t, ctx, cs, f.Env.NodeName, summaryRequests)
 	_, cpu3 := procStats(t, n.Pid())
 	fmt.Printf("BENCH density pods=%d /stats/summary x%d (%d pods, %d bytes): p50=%v p99=%v, agent CPU %.3fs\n", count, summaryRequests,
 		pods, size, percentile(lat, .5).Round(100*time.Microsecond), percentile(lat, .99).Round(100*time.Microsecond), (cpu3 - cpu2).Seconds())

@@ -9,14 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -92,7 +88,7 @@ func eventLatency(t *testing.T, mode string, evented bool) {
 		// of the 1 s relist period a 1/kills further on than the last, so that the
 		// generic PLEG's figures spread over its whole period instead of one phase.
 		time.Sleep(2*time.Second + time.Duration(i)*time.Second/time.Duration(kills))
-		lat = append(lat, killAndWatch(t, ctx, f, ns, name))
+		lat = append(lat, f.KillAndWatch(ctx, ns, name))
 	}
 	slices.Sort(lat)
 	var ms []string
@@ -108,55 +104,4 @@ func eventLatency(t *testing.T, mode string, evented bool) {
 			fmt.Printf("BENCH event %s: the agent fell back to relisting during the run (see %s)\n", mode, n.LogPath)
 		}
 	}
-}
-
-// killAndWatch SIGKILLs the container process of the pod's only container and returns the
-// time from the kill until a watch of the pod shows the container terminated; it fails the
-// test if the exit code is not 137 (SIGKILL) or nothing is seen within a minute.
-func killAndWatch(t *testing.T, ctx context.Context, f *framework.Framework, ns, name string) time.Duration {
-	t.Helper()
-	pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("getting pod %s: %v", name, err)
-	}
-	if len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
-		t.Fatalf("%s is not running: %s", name, framework.DescribePod(pod))
-	}
-	_, id, _ := strings.Cut(pod.Status.ContainerStatuses[0].ContainerID, "://")
-	pid, err := f.CRI.ContainerPid(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	w, err := f.Client.CoreV1().Pods(ns).Watch(wctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-		ResourceVersion: pod.ResourceVersion,
-	})
-	if err != nil {
-		t.Fatalf("watching pod %s: %v", name, err)
-	}
-	defer w.Stop()
-	killed := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s's process %d: %v", name, pid, err)
-	}
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Error {
-			t.Fatalf("watching %s: %v", name, ev.Object)
-		}
-		p, ok := ev.Object.(*v1.Pod)
-		if !ok || len(p.Status.ContainerStatuses) != 1 {
-			continue
-		}
-		if term := p.Status.ContainerStatuses[0].State.Terminated; term != nil {
-			d := time.Since(killed)
-			if term.ExitCode != 137 {
-				t.Errorf("%s terminated with exit code %d, want 137 (SIGKILL): %s", name, term.ExitCode, framework.DescribePod(p))
-			}
-			return d
-		}
-	}
-	t.Fatalf("%s: no terminated status within a minute of the kill", name)
-	return 0
 }

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
@@ -52,23 +53,8 @@ func TestStatsSummaryLatency(t *testing.T) {
 	}, createErrs)
 	time.Sleep(20 * time.Second)
 
-	path := "/api/v1/nodes/" + f.Env.NodeName + "/proxy/stats/summary"
-	var lat []time.Duration
-	var size, pods int
 	_, cpu0 := procStats(t, n.Pid())
-	for range summaryRequests {
-		start := time.Now()
-		body, err := cs.CoreV1().RESTClient().Get().AbsPath(path).DoRaw(ctx)
-		lat = append(lat, time.Since(start))
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		var s statsapi.Summary
-		if err := json.Unmarshal(body, &s); err != nil {
-			t.Fatalf("decoding the Summary: %v", err)
-		}
-		size, pods = len(body), len(s.Pods)
-	}
+	lat, size, pods := summaryLatencies(t, ctx, cs, f.Env.NodeName, summaryRequests)
 	_, cpu1 := procStats(t, n.Pid())
 	fmt.Printf("BENCH stats pods=%d /stats/summary x%d (%d pods, %d bytes): p50=%v p99=%v, agent CPU %.3fs\n", count, summaryRequests,
 		pods, size, percentile(lat, .5).Round(100*time.Microsecond), percentile(lat, .99).Round(100*time.Microsecond), (cpu1 - cpu0).Seconds())
@@ -94,4 +80,25 @@ func TestStatsSummaryLatency(t *testing.T) {
 		}
 		return len(gone) == count
 	}, deleteErrs)
+}
+
+// summaryLatencies GETs the node's /stats/summary through the API server's node proxy n
+// times and returns each request's latency, the last body's size and its pod count.
+func summaryLatencies(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, n int) (lat []time.Duration, size, pods int) {
+	t.Helper()
+	path := "/api/v1/nodes/" + node + "/proxy/stats/summary"
+	for range n {
+		start := time.Now()
+		body, err := cs.CoreV1().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		var s statsapi.Summary
+		if err := json.Unmarshal(body, &s); err != nil {
+			t.Fatalf("decoding the Summary: %v", err)
+		}
+		size, pods = len(body), len(s.Pods)
+	}
+	return lat, size, pods
 }

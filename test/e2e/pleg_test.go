@@ -8,14 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/test/e2e/framework"
@@ -96,7 +92,7 @@ func killLatencies(t *testing.T, evented bool) []time.Duration {
 		// Each kill on a quiet node (the last victim's teardown relists too),
 		// at a phase of the relist period a tenth further on than the last.
 		time.Sleep(2*time.Second + time.Duration(i)*time.Second/plegKills)
-		lat = append(lat, killAndWatch(t, ctx, f, ns, fmt.Sprintf("victim-%d", i)))
+		lat = append(lat, f.KillAndWatch(ctx, ns, fmt.Sprintf("victim-%d", i)))
 	}
 	if evented {
 		// How much of it is the runtime's event delivery. containerd replays
@@ -108,62 +104,6 @@ func killLatencies(t *testing.T, evented bool) []time.Duration {
 			metricValue(m, name+`_bucket{le="0.01"}`), metricValue(m, name+`_bucket{le="0.1"}`), metricValue(m, name+"_count"), name)
 	}
 	return lat
-}
-
-// killAndWatch SIGKILLs the pod's container process and returns the time until
-// the API server shows the container terminated (exit code 137).
-func killAndWatch(t *testing.T, ctx context.Context, f *framework.Framework, ns, name string) time.Duration {
-	t.Helper()
-	pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pod.Status.ContainerStatuses) != 1 || pod.Status.ContainerStatuses[0].State.Running == nil {
-		t.Fatalf("%s is not running: %s", name, framework.DescribePod(pod))
-	}
-	_, id, _ := strings.Cut(pod.Status.ContainerStatuses[0].ContainerID, "://")
-	pid := containerPid(t, ctx, f, id)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	w, err := f.Client.CoreV1().Pods(ns).Watch(wctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	killed := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s's process %d: %v", name, pid, err)
-	}
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Error {
-			t.Fatalf("watching %s: %v", name, ev.Object)
-		}
-		p, ok := ev.Object.(*v1.Pod)
-		if !ok || len(p.Status.ContainerStatuses) != 1 {
-			continue
-		}
-		if term := p.Status.ContainerStatuses[0].State.Terminated; term != nil {
-			d := time.Since(killed)
-			if term.ExitCode != 137 {
-				t.Errorf("%s terminated with %d, want 137 (SIGKILL): %s", name, term.ExitCode, framework.DescribePod(p))
-			}
-			return d
-		}
-	}
-	t.Fatalf("%s: no terminated status within a minute of the kill", name)
-	return 0
-}
-
-// containerPid is the pid of a container's process, from the runtime's verbose status.
-func containerPid(t *testing.T, ctx context.Context, f *framework.Framework, id string) int {
-	t.Helper()
-	pid, err := f.CRI.ContainerPid(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }
 
 func nodeMetrics(t *testing.T, ctx context.Context, f *framework.Framework) string {

@@ -14,29 +14,29 @@
 # Time budgets per stage, cold run on 2 cores (CI must finish in 90 min). A stage over its
 # budget prints a warning in the summary; measure a cold run before adding a stage.
 #   install deps                     240s
-#   build rig binaries (cached)     1350s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
+#   build rig binaries (cached)     1290s cold (kube-apiserver/kcm/scheduler/kubectl/etcd,
 #                                         containerd 2, runc 1.4.4; 1042s measured 2026-12-05
 #                                         without runc, helpers building beside it; csi-provisioner
 #                                         and csi-attacher add 193-289s cold; 3052s on 2026-12-06
 #                                         with five helpers' builds and three rigs beside it),
 #                                         ~5s cached
 #   gofmt                             15s
-#   go vet                           300s (268s cold 2026-12-06, under load)
+#   go vet                           240s (268s cold 2026-12-06 at load ~25, 0s warm)
 #   systemd unit                      15s
 #   unit tests (go test -race)       360s (222s 2026-12-06 under load, 132s quiet)
 #   fuzz targets                     420s (hack/fuzz.sh: each target FUZZTIME, default 15s;
 #                                         317-404s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
-#   rig up                           180s
+#   rig up                           120s (21s on 2026-12-06)
 #   e2e tests                       1150s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
 #                                         PLEG included)
 #   chaos tests                      600s (the fault suite's CI set, CHAOS_RUN below; ~565s
 #                                         on 2026-12-06, 6 tests)
 #   vm test                          360s (291s on 2026-12-06)
-#   NodeConformance slice            300s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
+#   NodeConformance slice            440s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm,
-#                                         a build from an empty cache goes over and warns)
-#   total                           5380s (90 min)
+#                                         434s on 2026-12-06 building them)
+#   total                           5340s (89 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,7 +95,7 @@ trap on_exit EXIT
 section "install deps" 240
 bash test/rig/install-deps.sh
 
-section "build rig binaries (cached)" 1350
+section "build rig binaries (cached)" 1290
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
 if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
@@ -109,7 +109,7 @@ if [[ -n "$unformatted" ]]; then
 	false
 fi
 
-section "go vet" 300
+section "go vet" 240
 go vet ./...
 go vet -tags e2e ./test/e2e/...
 go vet -tags bench ./bench/...
@@ -134,7 +134,7 @@ if [[ "${SKIP_E2E:-0}" == 1 ]]; then
 	exit 0
 fi
 
-section "rig up" 180
+section "rig up" 120
 RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
@@ -184,6 +184,6 @@ else
 		bash test/rig/down.sh
 		RIG_STARTED=0
 	fi
-	section "NodeConformance slice" 300
+	section "NodeConformance slice" 440
 	bash hack/conformance.sh --slice
 fi

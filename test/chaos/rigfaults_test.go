@@ -221,15 +221,7 @@ type healthzWatch struct {
 }
 
 func watchHealthz(n *framework.Nodelet, interval, timeout time.Duration) *healthzWatch {
-	port := int32(10248)
-	if n.Config.HealthzPort != nil {
-		port = *n.Config.HealthzPort
-	}
-	addr := n.Config.HealthzBindAddress
-	if addr == "" {
-		addr = "127.0.0.1"
-	}
-	url := fmt.Sprintf("http://%s:%d/healthz", addr, port)
+	url := n.HealthzURL()
 	client := &http.Client{Timeout: timeout}
 	w := &healthzWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {

@@ -468,9 +468,9 @@ func (n *Nodelet) WaitForLog(ctx context.Context, substr string, timeout time.Du
 	}
 }
 
-// WaitHealthy waits until http://<healthzBindAddress>:<healthzPort>/healthz answers 200.
-func (n *Nodelet) WaitHealthy(ctx context.Context, timeout time.Duration) {
-	n.f.T.Helper()
+// HealthzURL is http://<healthzBindAddress>:<healthzPort>/healthz of this node agent's config
+// (upstream's defaults 127.0.0.1 and 10248 when unset).
+func (n *Nodelet) HealthzURL() string {
 	port := int32(10248)
 	if n.Config.HealthzPort != nil {
 		port = *n.Config.HealthzPort
@@ -479,7 +479,13 @@ func (n *Nodelet) WaitHealthy(ctx context.Context, timeout time.Duration) {
 	if addr == "" {
 		addr = "127.0.0.1"
 	}
-	url := fmt.Sprintf("http://%s:%d/healthz", addr, port)
+	return fmt.Sprintf("http://%s:%d/healthz", addr, port)
+}
+
+// WaitHealthy waits until http://<healthzBindAddress>:<healthzPort>/healthz answers 200.
+func (n *Nodelet) WaitHealthy(ctx context.Context, timeout time.Duration) {
+	n.f.T.Helper()
+	url := n.HealthzURL()
 	client := &http.Client{Timeout: 2 * time.Second}
 	err := WaitFor(ctx, timeout, url, func(ctx context.Context) (bool, error) {
 		if !n.Running() {

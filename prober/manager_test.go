@@ -124,20 +124,23 @@ func TestReadinessInitialFailureThenThresholds(t *testing.T) {
 		ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"ready"}}}, PeriodSeconds: 1, SuccessThreshold: 2, FailureThreshold: 2,
 	}})
 	h.exec.set("ready", true)
-	// Before any probe: a readiness worker exists, so the container is not ready.
+	// Only the worker's first probe and fake-clock ticks drive probes here: the
+	// status is stored before the worker exists and UpdatePodStatus is not called,
+	// since its trigger may or may not fold into the first probe and the count of
+	// probes would then depend on scheduling.
+	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
 	h.m.AddPod(h.ctx, pod)
 	if h.m.Ready(pod.UID, "app", "c1") {
 		t.Fatal("ready before the readiness probe ran")
 	}
-	h.status.set(pod.UID, runningStatus(true, h.clk.Now()))
-	h.m.UpdatePodStatus(pod, runningStatus(true, h.clk.Now()))
+	eventually.True(t, "the first (failed) probe", func() bool { return h.exec.count("ready") == 1 })
 	eventually.True(t, "the initial Failure", func() bool { r, ok := h.m.readiness.get("c1"); return ok && r == Failure })
 	if u := <-h.m.ReadinessUpdates(); u.ContainerID != "c1" || u.Result != Failure || u.PodUID != pod.UID {
 		t.Errorf("first readiness update = %+v", u)
 	}
 	h.exec.set("ready", false)
 	h.tick(t, time.Second)
-	eventually.True(t, "a successful probe", func() bool { return h.exec.count("ready") >= 2 })
+	eventually.True(t, "a successful probe", func() bool { return h.exec.count("ready") == 2 })
 	if h.m.Ready(pod.UID, "app", "c1") {
 		t.Fatal("ready after one success with successThreshold 2")
 	}
@@ -148,7 +151,7 @@ func TestReadinessInitialFailureThenThresholds(t *testing.T) {
 	}
 	h.exec.set("ready", true)
 	h.tick(t, time.Second)
-	eventually.True(t, "a failed probe", func() bool { return h.exec.count("ready") >= 4 })
+	eventually.True(t, "a failed probe", func() bool { return h.exec.count("ready") == 4 })
 	if !h.m.Ready(pod.UID, "app", "c1") {
 		t.Fatal("unready after one failure with failureThreshold 2")
 	}

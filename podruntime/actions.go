@@ -218,12 +218,14 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 		if reached && !sidecar {
 			continue // done once; after that only sidecars are kept running
 		}
-		switch prev.State {
-		case runtimeapi.ContainerState_CONTAINER_CREATED:
-			// Created but never started (nodelet stopped in between): start a new
-			// instance; the start removes the stale one first (startContainer).
+		switch {
+		case cri.StartWasCut(prev):
+			// Created but never started (nodelet stopped in between), or its start
+			// cut off by a nodelet or runtime crash: start a new instance whatever
+			// the restart policy; the start removes the stale one first and reuses
+			// its attempt (startContainer).
 			start = append(start, i)
-		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		case prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
 				// Wait for it to finish; its resources may change meanwhile, in place.
 				a.planContainerResize(c, prev, actuated, false)
@@ -248,7 +250,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 			} else if a.planContainerResize(c, prev, actuated, true) {
 				start = append(start, i)
 			}
-		case runtimeapi.ContainerState_CONTAINER_EXITED:
+		case prev.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			if sidecar {
 				// An exited sidecar restarts whatever the pod's restart policy.
 				if a.startOrBackoff(pod, c, prev, backoff, now) {
@@ -304,10 +306,11 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 		c := &pod.Spec.Containers[i]
 		prev := byName[c.Name]
 		switch {
-		case prev == nil || prev.State == runtimeapi.ContainerState_CONTAINER_CREATED:
-			// Never started, or created but not started (nodelet stopped in between):
-			// start a new instance whatever the restart policy, as upstream; the
-			// start removes the created one first and reuses its attempt.
+		case prev == nil || cri.StartWasCut(prev):
+			// Never started, created but not started (nodelet stopped in between), or
+			// its start cut off by a nodelet or runtime crash: start a new instance
+			// whatever the restart policy, as upstream does for the first two; the
+			// start removes the stale one first and reuses its attempt.
 			a.StartContainers = append(a.StartContainers, i)
 			wanted++
 		case prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING:

@@ -92,8 +92,9 @@ func withSidecars() fixture {
 }
 
 type ctrState struct {
-	state runtimeapi.ContainerState
-	exit  int32
+	state           runtimeapi.ContainerState
+	exit            int32
+	reason, message string
 }
 
 var (
@@ -106,9 +107,22 @@ func exited(code int32) ctrState {
 	return ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: code}
 }
 
+// What containerd reports of a container that never ran: its start cancelled by
+// the caller going away, lost by a restarted runtime, or refused for the
+// container's own reason.
+var (
+	startCancelled = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 128, reason: "StartError",
+		message: "failed to create containerd task: failed to create shim task: context canceled"}
+	startLost   = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 255, reason: "Unknown"}
+	startFailed = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 128, reason: "StartError",
+		message: `failed to create containerd task: failed to create shim task: OCI runtime create failed: exec: "nope": executable file not found in $PATH`}
+)
+
 // add reports container name in state s, newer than what was added before.
 func (f fixture) add(name string, s ctrState) fixture {
-	f.st.Containers = append(f.st.Containers, ctr(f.pod, name, s.state, s.exit, int64(len(f.st.Containers)+1)))
+	c := ctr(f.pod, name, s.state, s.exit, int64(len(f.st.Containers)+1))
+	c.Reason, c.Message = s.reason, s.message
+	f.st.Containers = append(f.st.Containers, c)
 	return f
 }
 
@@ -116,7 +130,7 @@ func (f fixture) add(name string, s ctrState) fixture {
 func (f fixture) set(name string, s ctrState) fixture {
 	for _, c := range f.st.Containers {
 		if containerName(c) == name {
-			c.State, c.ExitCode = s.state, s.exit
+			c.State, c.ExitCode, c.Reason, c.Message = s.state, s.exit, s.reason, s.message
 		}
 	}
 	return f
@@ -386,6 +400,18 @@ func TestComputeActions(t *testing.T) {
 			f: withInits().only("init1"), want: sb(Actions{StartInit: []int{1}})},
 		{name: "an init container left created after a restart gets a new instance, the ones before are not rerun",
 			f: withInits().only("init1", "init2").set("init2", created), want: sb(Actions{StartInit: []int{1}})},
+		{name: "a container whose start was cancelled (nodelet killed mid-call) is started again even under Never",
+			f: base().policy(v1.RestartPolicyNever).set("foo2", startCancelled), want: sb(Actions{StartContainers: []int{1}})},
+		{name: "a container whose start the restarted runtime lost is started again even under Never",
+			f: base().policy(v1.RestartPolicyNever).set("foo2", startLost), want: sb(Actions{StartContainers: []int{1}})},
+		{name: "a container that failed to start for its own reason stays down under Never",
+			f: base().policy(v1.RestartPolicyNever).set("foo2", startFailed), want: sb(Actions{})},
+		{name: "an init container whose start was cancelled is started again under Never, not failing the pod",
+			f: withInits().policy(v1.RestartPolicyNever).set("init3", startCancelled), want: sb(Actions{StartInit: []int{2}})},
+		{name: "an init container that failed to start for its own reason fails a Never pod",
+			f: withInits().policy(v1.RestartPolicyNever).set("init3", startFailed), want: sb(Actions{KillPod: true, InitFailed: true})},
+		{name: "a sidecar whose start was cancelled is started again",
+			f: withSidecars().set("restartable-init-3", startCancelled), want: sb(Actions{StartInit: []int{2}})},
 		{name: "no sandbox left, every container succeeded under OnFailure: no new sandbox",
 			f:    base().policy(v1.RestartPolicyOnFailure).noSandbox().set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
 			want: Actions{KillPod: true}},
@@ -453,6 +479,35 @@ func TestForeignHashIsKept(t *testing.T) {
 	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{c}}
 	if got := ComputeActions(pod, st, nil, t0); len(got.KillContainers) != 0 || len(got.StartContainers) != 0 {
 		t.Fatalf("a container started by the kubelet must be adopted, got %+v", got)
+	}
+}
+
+// A start cut off by a crash is no crash of the container: it is started at once,
+// whatever back-off its earlier failures built up.
+func TestCutStartIgnoresBackOff(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	bo := flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk)
+	f := fixture{pod: testPod(v1.RestartPolicyAlways, "app"), st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}}}
+	bo.Next(BackoffKey(f.pod, &f.pod.Spec.Containers[0]), clk.Now())
+	bo.Next(BackoffKey(f.pod, &f.pod.Spec.Containers[0]), clk.Now())
+	for _, tc := range []struct {
+		name  string
+		state ctrState
+		start bool
+	}{
+		{"cancelled start", startCancelled, true},
+		{"lost start", startLost, true},
+		{"own start failure", startFailed, false},
+		{"crash", exited(1), false},
+	} {
+		f := f
+		f.st = &pleg.PodStatus{Sandboxes: f.st.Sandboxes}
+		f = f.add("app", tc.state)
+		f.st.Containers[0].FinishedAt = clk.Now().UnixNano()
+		a := ComputeActions(f.pod, f.st, bo, clk.Now())
+		if got := len(a.StartContainers) == 1; got != tc.start {
+			t.Errorf("%s: started %v, want %v (actions %+v)", tc.name, got, tc.start, a)
+		}
 	}
 }
 

@@ -72,11 +72,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 	if prev := latestByName(st)[c.Name]; prev != nil {
 		n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
 		restartCount = n + 1
-		if prev.State == runtimeapi.ContainerState_CONTAINER_CREATED {
-			// Created and never started: a nodelet killed between CreateContainer
-			// and StartContainer left it. It goes first and its replacement takes
-			// its attempt number (it never ran: no restart), so the pod never has
-			// two instances of the container.
+		if cri.StartWasCut(prev) {
+			// Never ran: a nodelet killed between CreateContainer and StartContainer
+			// left it created, or a nodelet or runtime crash cut its start off. It
+			// goes first and its replacement takes its attempt number (it never
+			// ran: no restart), so the pod never has two instances of the container.
 			if err := m.removeLeftover(ctx, pod, prev); err != nil {
 				return nil, err
 			}
@@ -181,20 +181,20 @@ var errLeftoverBusy = errors.New("a container left created by an earlier nodelet
 // leftoverRetry is how soon a pod whose leftover container is busy is synced again.
 const leftoverRetry = time.Second
 
-// removeLeftover removes a container left created (never started).
+// removeLeftover removes a container whose start was cut off (cri.StartWasCut).
 func (m *Manager) removeLeftover(ctx context.Context, pod *v1.Pod, prev *runtimeapi.ContainerStatus) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", containerName(prev), "containerID", prev.GetId())
 	err := m.rt.RemoveContainer(ctx, prev.GetId())
 	switch {
 	case err == nil || isNotFound(err):
-		logger.Info("Removed a container left created and never started (nodelet stopped in between) before creating its replacement",
+		logger.Info("Removed a container whose start was cut off (never ran) before creating its replacement", "state", prev.GetState(), "reason", prev.GetReason(),
 			"attempt", prev.GetMetadata().GetAttempt())
 		return nil
 	case cri.IsContainerBusy(err):
-		logger.Info("Container left created is still being started by the runtime; syncing the pod again shortly", "err", err, "retryAfter", leftoverRetry)
+		logger.Info("Container whose start was cut off is still being started by the runtime; syncing the pod again shortly", "err", err, "retryAfter", leftoverRetry)
 		return fmt.Errorf("removing container %s: %w: %w", prev.GetId(), errLeftoverBusy, err)
 	default:
-		return fmt.Errorf("removing container %s left created and never started: %w", prev.GetId(), err)
+		return fmt.Errorf("removing container %s whose start was cut off: %w", prev.GetId(), err)
 	}
 }
 

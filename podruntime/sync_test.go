@@ -173,6 +173,58 @@ func TestAppContainerLeftCreatedIsReplacedAfterRestart(t *testing.T) {
 	}
 }
 
+// Nodelet killed during StartContainer (issue 20 scenario 1): containerd sees the
+// call cancelled and ends the container exited, never started, StartError
+// "context canceled". After the restart that attempt is no restart: it is removed
+// and replaced with its attempt number, even under restartPolicy Never, so the
+// pod has one container with restart count 0. A start that failed for the
+// container's own reason keeps counting as upstream counts it.
+func TestCutStartIsReplacedWithItsAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		code            int32
+		reason, message string
+		replaced        bool
+	}{
+		{"cancelled by nodelet's death", 128, "StartError", "failed to create containerd task: failed to create shim task: context canceled", true},
+		{"lost by a restarted runtime", 255, "Unknown", "", true},
+		{"the container's own failure", 128, "StartError", `exec: "nope": executable file not found in $PATH`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSyncRig(t)
+			ctx := context.Background()
+			pod := syncPod("app-cut", v1.RestartPolicyNever, nil, "app")
+			r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+			if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+				t.Fatal("the first sync's start was meant to fail")
+			}
+			cut := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_CREATED)
+			r.fake.FailStart(cut, tc.code, tc.reason, tc.message)
+
+			if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err != nil {
+				t.Fatalf("sync after the restart: %v", err)
+			}
+			if !tc.replaced {
+				if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_EXITED}) {
+					t.Fatalf("app container states = %v, want the failed one only (restartPolicy Never)", got)
+				}
+				return
+			}
+			if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+				t.Fatalf("app container states = %v, want one running (the cut one removed)", got)
+			}
+			if cfg := r.fake.ContainerConfig(cut); cfg != nil {
+				t.Errorf("cut container %s still exists", cut)
+			}
+			cfg := r.fake.ContainerConfig(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING))
+			if cfg.GetMetadata().GetAttempt() != 0 || cfg.GetAnnotations()[cri.AnnotationContainerRestartCount] != "0" {
+				t.Errorf("replacement attempt %d, restartCount %q: want 0, the cut one's (it never ran)",
+					cfg.GetMetadata().GetAttempt(), cfg.GetAnnotations()[cri.AnnotationContainerRestartCount])
+			}
+		})
+	}
+}
+
 // containerd refuses to remove a container whose StartContainer (from the
 // nodelet that was killed) is still in flight. That is retried shortly: the
 // sync does not fail, the container gets no Waiting reason, and no second

@@ -328,7 +328,13 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 		}
 		cs.RestartCount = restartCount(cur)
 		cs.User = containerUser(cur.GetUser())
-		switch cur.State {
+		state := cur.State
+		if cri.StartWasCut(cur) {
+			// It never ran (its start was cut off by a crash); the sync loop
+			// replaces it with the same attempt: shown waiting, like a created one.
+			state = runtimeapi.ContainerState_CONTAINER_CREATED
+		}
+		switch state {
 		case runtimeapi.ContainerState_CONTAINER_RUNNING:
 			cs.State.Running = &v1.ContainerStateRunning{StartedAt: nanoTime(cur.StartedAt)}
 			if kind == ephemeralContainer {
@@ -371,7 +377,7 @@ func containerStatuses(in Input, specs []v1.Container, byName map[string][]*runt
 		}
 		cs.Resources = statusResources(in, spec, cur, prevByName)
 		cs.AllocatedResources = spec.Resources.Requests
-		if len(list) > 1 && list[1].State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		if len(list) > 1 && list[1].State == runtimeapi.ContainerState_CONTAINER_EXITED && !cri.StartWasCut(list[1]) {
 			cs.LastTerminationState.Terminated = terminated(in, spec, list[1])
 		} else if p, ok := prevByName[spec.Name]; ok && p.ContainerID != cs.ContainerID && p.State.Terminated != nil {
 			// The previous instance was garbage collected; remember how it ended.

@@ -426,3 +426,28 @@ func TestContainerUser(t *testing.T) {
 		}
 	}
 }
+
+// A container whose start a crash cut off never ran and is about to be replaced
+// with the same attempt: it shows waiting, not terminated, with no last state,
+// and the pod does not fail even under restartPolicy Never.
+func TestCutStartShownWaiting(t *testing.T) {
+	p := pod(v1.RestartPolicyNever, "a")
+	cut := cs("a", runtimeapi.ContainerState_CONTAINER_EXITED, 128, 1, "0")
+	cut.StartedAt, cut.Reason, cut.Message = 0, "StartError", "failed to create containerd task: context canceled"
+	rt := &pleg.PodStatus{UID: "u", Sandboxes: sandbox(), IPs: []string{"10.244.0.7"}, Containers: []*runtimeapi.ContainerStatus{cut}}
+	s := Generate(Input{Pod: p, Runtime: rt, Now: now})
+	c := s.ContainerStatuses[0]
+	if c.State.Waiting == nil || c.State.Terminated != nil || c.RestartCount != 0 || c.LastTerminationState.Terminated != nil {
+		t.Fatalf("container status = %+v, want waiting, restart count 0, no last state", c)
+	}
+	if s.Phase != v1.PodPending {
+		t.Fatalf("phase = %s, want Pending: the container never ran", s.Phase)
+	}
+
+	// Its replacement runs: the cut attempt is no last termination either.
+	rt.Containers = []*runtimeapi.ContainerStatus{cs("a", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 2, "0"), cut}
+	c = Generate(Input{Pod: p, Runtime: rt, Now: now}).ContainerStatuses[0]
+	if c.State.Running == nil || c.RestartCount != 0 || c.LastTerminationState.Terminated != nil {
+		t.Fatalf("container status = %+v, want running, restart count 0, no last state", c)
+	}
+}

@@ -89,6 +89,9 @@ type fakeSandbox struct {
 	createdAt int64
 	ip        string
 	nameKey   string
+	// netOpen: its network was never torn down (LoseSandbox); containerd
+	// refuses to remove such a sandbox until StopPodSandbox.
+	netOpen bool
 }
 
 type fakeContainer struct {
@@ -289,6 +292,40 @@ func (f *Runtime) ExitContainer(id string, code int32, reason string) {
 		return
 	}
 	f.exitLocked(c, code, reason)
+}
+
+// FailStart ends created container id the way containerd ends one whose start
+// failed or was cut off before its process ran: exited, never started, with
+// code, reason and message (containerd: 128 "StartError" and the error of the
+// start; 255 "Unknown" for a start a restarted containerd lost).
+func (f *Runtime) FailStart(id string, code int32, reason, message string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok || c.state != runtimeapi.ContainerState_CONTAINER_CREATED {
+		f.t.Errorf("Runtime.FailStart: no created container %s", id)
+		return
+	}
+	f.exitLocked(c, code, reason)
+	c.message = message
+}
+
+// LoseSandbox leaves ready sandbox id as a RunPodSandbox cut off by a runtime
+// crash does: not ready, its network namespace still set up, so that
+// RemovePodSandbox is refused until StopPodSandbox tears it down (containerd:
+// "sandbox network namespace ... is not fully closed").
+func (f *Runtime) LoseSandbox(id string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[id]
+	if !ok {
+		f.t.Errorf("Runtime.LoseSandbox: no sandbox %s", id)
+		return
+	}
+	s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	s.netOpen = true
 }
 
 // ContainerConfig returns a copy of the config a container was created with
@@ -616,6 +653,7 @@ func (f *Runtime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandb
 			f.exitLocked(c, 137, "Error")
 		}
 	}
+	s.netOpen = false
 	if s.state == runtimeapi.PodSandboxState_SANDBOX_READY {
 		s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 		f.emitLocked(s.id, s.id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
@@ -632,6 +670,9 @@ func (f *Runtime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodS
 	}
 	if s.state == runtimeapi.PodSandboxState_SANDBOX_READY {
 		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is still ready: stop it first", s.id)
+	}
+	if s.netOpen {
+		return nil, status.Errorf(codes.Unknown, "sandbox network namespace of %s is not fully closed", s.id)
 	}
 	for _, c := range f.sortedContainersLocked() {
 		if c.sandboxID == s.id {

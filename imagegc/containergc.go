@@ -28,6 +28,7 @@ type RuntimeService interface {
 	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
 	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
 	RemoveContainer(ctx context.Context, containerID string) error
+	StopPodSandbox(ctx context.Context, podSandboxID string) error
 	RemovePodSandbox(ctx context.Context, podSandboxID string) error
 }
 
@@ -146,6 +147,13 @@ func (g *ContainerGC) collect(ctx context.Context, policy ContainerPolicy) error
 	}
 	for _, s := range SelectSandboxesToRemove(sandboxes, remaining, deleted) {
 		klog.V(2).InfoS("Removing dead sandbox", "sandboxID", s.ID, "podUID", s.PodUID)
+		// Stopped first, as upstream does: a sandbox whose RunPodSandbox a runtime
+		// crash cut off is not ready but may keep its network set up, and
+		// containerd refuses to remove it until StopPodSandbox tears that down.
+		if err := g.runtime.StopPodSandbox(ctx, s.ID); err != nil && !cri.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("stopping sandbox %s before removing it: %w", s.ID, err))
+			continue
+		}
 		if err := g.runtime.RemovePodSandbox(ctx, s.ID); err != nil {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", s.ID, err))
 			continue

@@ -505,3 +505,38 @@ func TestContainerGCRemovesContainerLogs(t *testing.T) {
 		t.Errorf("logs left %v, want only the kept dead instance's %v", got, want)
 	}
 }
+
+// A sandbox whose RunPodSandbox a runtime crash cut off is not ready but keeps its
+// network set up; the pod got a newer sandbox since. GC stops it before removing
+// it, as containerd refuses to remove it otherwise (issue 20 scenario 3).
+func TestContainerGCStopsLostSandbox(t *testing.T) {
+	e := newEnv(t)
+	run := func(attempt uint32) string {
+		id, err := e.client.RunPodSandbox(e.ctx, &runtimeapi.PodSandboxConfig{
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "uid-web", Attempt: attempt},
+			Labels:   map[string]string{cri.LabelPodUID: "uid-web", cri.LabelPodName: "web", cri.LabelPodNamespace: "default"},
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	lost := run(0)
+	e.fake.LoseSandbox(lost)
+	newer := run(1)
+	gc := NewContainerGC(DefaultContainerPolicy(), e.client, podState{ready: true}, "", clocktesting.NewFakeClock(time.Now().Add(time.Hour)))
+	if err := gc.GarbageCollect(e.ctx); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	sbs, err := e.client.ListPodSandbox(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sbs) != 1 || sbs[0].Id != newer {
+		var ids []string
+		for _, s := range sbs {
+			ids = append(ids, s.Id+" "+s.State.String())
+		}
+		t.Fatalf("sandboxes left %v, want only the newer %s (lost %s removed)", ids, newer, lost)
+	}
+}

@@ -418,3 +418,9 @@ func mountsUnder(dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// cutStartsReplaced counts the containers nodelet found with their start cut off by a
+// crash (never ran) and replaced with the same attempt, from its log (podruntime's line).
+func cutStartsReplaced(n *framework.Nodelet) int {
+	return strings.Count(n.Logs(), "Removed a container whose start was cut off")
+}

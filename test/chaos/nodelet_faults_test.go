@@ -120,6 +120,7 @@ func TestNodeletKilledMidBurst(t *testing.T) {
 	}
 	d := joinDoubles()
 	figure(t, "pods_started_twice", len(d))
+	figure(t, "cut_starts_replaced", cutStartsReplaced(n))
 	for _, p := range d {
 		t.Errorf("started twice: %s", p)
 	}

@@ -42,7 +42,7 @@ func TestRuntimeKilled(t *testing.T) {
 	ctx := context.Background()
 	ns := f.NewNamespace()
 	running, burst := *runtimeRunning, *runtimeBurst
-	startNode(t, f, running+burst, nil)
+	n := startNode(t, f, running+burst, nil)
 	cs := fastClient(t, f)
 	cd := rigDaemonOf(t, f, "containerd")
 	t.Logf("CHAOS %s load=%s", t.Name(), loadavg())
@@ -107,7 +107,14 @@ func TestRuntimeKilled(t *testing.T) {
 	// Nothing doubled, nothing left: one sandbox and one container per pod. A sandbox or
 	// container whose creation the kill cut short may linger until container GC (every
 	// minute) removes it: allow it that long, and say how long it took.
-	var problems []string
+	problems, err := runtimeCheck(ctx, f.CRI, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figure(t, "runtime_problems_at_all_ready", len(problems))
+	for _, p := range problems {
+		t.Logf("at all Ready: %s", p)
+	}
 	start = time.Now()
 	err = framework.WaitFor(ctx, 75*time.Second, "one sandbox and one container per pod in containerd", func(ctx context.Context) (bool, error) {
 		p, err := runtimeCheck(ctx, f.CRI, pods)
@@ -122,6 +129,7 @@ func TestRuntimeKilled(t *testing.T) {
 		t.Errorf("%v:\n%s", err, strings.Join(problems, "\n"))
 	}
 	figure(t, "runtime_problems", len(problems))
+	figure(t, "cut_starts_replaced", cutStartsReplaced(n))
 	t.Logf("CHAOS %s load=%s", t.Name(), loadavg())
 }
 

@@ -8,7 +8,7 @@
 //	NODELET_RIG_ENV=/var/lib/nodelet-rig/rig.env NODELET_BIN=$PWD/_output/nodelet \
 //	  go test -tags chaos -v -count=1 -timeout 30m ./test/chaos/ [-run X] [-args -chaos.churn=1000]
 //
-// hack/test-all.sh runs the CI set (its CHAOS_RUN) after the e2e tests on the same rig.
+// hack/test-all.sh runs all of them (CHAOS_RUN limits them) after the e2e tests on the same rig.
 //
 // Every measured figure is logged as `CHAOS <test> <name>=<value>` (grep CHAOS), with the
 // machine's load average beside it (loadavg=1m/5m/15m): the rig shares its cores.

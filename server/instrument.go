@@ -51,6 +51,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 var metricPaths = map[string]bool{
 	"healthz": true, "pods": true, "stats": true, "metrics": true, "metrics/resource": true, "metrics/probes": true,
 	"containerLogs": true, "exec": true, "attach": true, "portForward": true, "run": true,
+	"logs": true, "debug": true,
 }
 
 // longRunning is upstream's list; its "portforward" never matches the "portForward" root,

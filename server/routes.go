@@ -16,7 +16,8 @@ type route struct {
 }
 
 // routes returns the default endpoints and, with debugging, the debugging handlers
-// (logs, exec, attach, portForward, run, configz).
+// (logs, exec, attach, portForward, run, configz) and those of them that are on: the
+// profiling, verbosity and system log handlers (debugRoutes).
 func (s *Server) routes(debugging bool) []route {
 	var rs []route
 	add := func(pattern string, h http.HandlerFunc) { rs = append(rs, route{pattern: pattern, handler: h}) }
@@ -52,7 +53,7 @@ func (s *Server) routes(debugging bool) []route {
 	})
 	add("POST /run/{ns}/{pod}/{container}", s.run)
 	add("POST /run/{ns}/{pod}/{uid}/{container}", s.run)
-	return rs
+	return append(rs, s.debugRoutes()...)
 }
 
 // apiHandler is the authenticated API. Authorization is decided from the route the

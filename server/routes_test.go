@@ -49,6 +49,15 @@ func upstreamSubresources() map[string][]string {
 		"POST /portForward/{ns}/{pod}/{uid}":        proxy,
 		"POST /run/{ns}/{pod}/{container}":          proxy,
 		"POST /run/{ns}/{pod}/{uid}/{container}":    proxy,
+
+		"GET /debug/pprof/{$}":     proxy,
+		"GET /debug/pprof/cmdline": proxy,
+		"GET /debug/pprof/profile": proxy,
+		"GET /debug/pprof/symbol":  proxy,
+		"GET /debug/pprof/trace":   proxy,
+		"GET /debug/pprof/{name}":  proxy,
+		"/debug/flags/v":           proxy,
+		"GET /logs/":               {"log"},
 	}
 }
 
@@ -84,7 +93,8 @@ func (grantAuthorizer) Authorize(ctx context.Context, a Attributes) (bool, strin
 func tracingAPI(t testing.TB) (http.Handler, []route) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s := New(Config{NodeName: "node-1", EnableDebuggingHandlers: true}, Deps{Metrics: reg, ProbeMetrics: reg})
+	s := New(Config{NodeName: "node-1", EnableDebuggingHandlers: true, EnableProfilingHandler: true, EnableDebugFlagsHandler: true,
+		EnableSystemLogHandler: true}, Deps{Metrics: reg, ProbeMetrics: reg})
 	routes := s.routes(true)
 	traced := make([]route, len(routes))
 	for i, rt := range routes {
@@ -174,7 +184,7 @@ func concretePath(pattern string) string {
 	if p == "" {
 		p = pattern
 	}
-	return strings.NewReplacer("{ns}", "ns", "{pod}", "web", "{uid}", "uid-1", "{container}", "c").Replace(p)
+	return strings.NewReplacer("{ns}", "ns", "{pod}", "web", "{uid}", "uid-1", "{container}", "c", "{name}", "heap", "{$}", "").Replace(p)
 }
 
 // encodedVariants are paths that spell "." and "/" in the ways routers, decoders and

@@ -74,6 +74,16 @@ type Config struct {
 	// EnableDebuggingHandlers serves logs, exec, attach, portForward, run and configz
 	// (default on upstream).
 	EnableDebuggingHandlers bool
+	// EnableProfilingHandler serves /debug/pprof/ and EnableContentionProfiling turns
+	// on the block profile it shows; EnableDebugFlagsHandler serves PUT
+	// /debug/flags/v (klog's verbosity); EnableSystemLogHandler serves SystemLogDir
+	// (default /var/log) under /logs/. As upstream, each needs
+	// EnableDebuggingHandlers too, and none is on the read-only port.
+	EnableProfilingHandler    bool
+	EnableContentionProfiling bool
+	EnableDebugFlagsHandler   bool
+	EnableSystemLogHandler    bool
+	SystemLogDir              string
 	// Configz is what /configz shows under "kubeletconfig" (the effective configuration).
 	Configz any
 	// ShowHiddenMetrics serves the metrics upstream hides in this version (deprecated
@@ -113,12 +123,18 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
+	if cfg.SystemLogDir == "" {
+		cfg.SystemLogDir = DefaultSystemLogDir
+	}
 	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond, metrics: newHTTPMetrics(deps.Registerer)}
 }
 
 // Handler is the authenticated API: every request is authenticated and authorized
 // before it reaches a handler.
 func (s *Server) Handler() http.Handler {
+	if s.cfg.EnableDebuggingHandlers && s.cfg.EnableProfilingHandler && s.cfg.EnableContentionProfiling {
+		enableContentionProfiling()
+	}
 	logf := func(msg string, kv ...any) { klog.V(2).InfoS(msg, kv...) }
 	return s.metrics.instrument(newAPIHandler(s.routes(s.cfg.EnableDebuggingHandlers), s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
 }

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"k8s.io/component-base/logs"
+	"k8s.io/klog/v2"
+)
+
+// DefaultSystemLogDir is what /logs/ serves upstream: the node's log directory.
+const DefaultSystemLogDir = "/var/log"
+
+// maxFlagBody bounds a /debug/flags/v body: a verbosity is a few digits.
+const maxFlagBody = 1 << 10
+
+// debugRoutes are upstream's optional debugging endpoints (profiling, the verbosity
+// flag, the node's log files), each behind its own KubeletConfiguration field. As
+// upstream, they exist only with enableDebuggingHandlers, and only on the
+// authenticated port; the caller checks that.
+func (s *Server) debugRoutes() []route {
+	var rs []route
+	add := func(pattern string, h http.Handler) { rs = append(rs, route{pattern: pattern, handler: h}) }
+	if s.cfg.EnableProfilingHandler {
+		// GET only, as upstream. The index and named profiles (heap, goroutine,
+		// block, ...) come from runtime/pprof; the others are handlers of their own.
+		add("GET /debug/pprof/{$}", http.HandlerFunc(pprof.Index))
+		add("GET /debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+		add("GET /debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+		add("GET /debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+		add("GET /debug/pprof/trace", http.HandlerFunc(pprof.Trace))
+		add("GET /debug/pprof/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			pprof.Handler(r.PathValue("name")).ServeHTTP(w, r)
+		}))
+	}
+	if s.cfg.EnableDebugFlagsHandler {
+		// Every method reaches the handler, which answers 405 to all but PUT (as
+		// upstream), rather than the 404 of a path that does not exist.
+		add("/debug/flags/v", http.HandlerFunc(s.setVerbosity))
+	}
+	if s.cfg.EnableSystemLogHandler {
+		add("GET /logs/", http.HandlerFunc(s.systemLogs))
+	}
+	return rs
+}
+
+// setVerbosity is PUT /debug/flags/v: the body is klog's new verbosity. It goes
+// through component-base's setter, as upstream, so that a logging backend applied
+// through component-base (json) follows the new level too.
+func (s *Server) setVerbosity(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPut {
+		w.Header().Set("Allow", http.MethodPut)
+		http.Error(w, "unsupported http method: only PUT sets the verbosity", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxFlagBody+1))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("reading the request body: %v", err), http.StatusBadRequest)
+		return
+	}
+	if len(body) > maxFlagBody {
+		http.Error(w, fmt.Sprintf("the body is longer than %d bytes: it must hold only the verbosity, a non-negative integer", maxFlagBody), http.StatusBadRequest)
+		return
+	}
+	// curl --data-binary @- and echo add a newline; the setter wants digits only.
+	val := strings.TrimSpace(string(body))
+	msg, err := logs.GlogSetter(val)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("setting the verbosity to %q: %v (the body must be a non-negative integer)", val, err), http.StatusBadRequest)
+		return
+	}
+	user, _ := r.Context().Value(userKey{}).(*User)
+	name := ""
+	if user != nil {
+		name = user.Name
+	}
+	klog.InfoS("Log verbosity changed through /debug/flags/v", "verbosity", val, "user", name)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = io.WriteString(w, msg)
+}
+
+// systemLogs is GET /logs/: files and directory listings under SystemLogDir. The
+// path is hostile: any ".." is refused outright, and files are opened through an
+// os.Root, which resolves every component with openat and refuses symlinks that
+// lead out of the directory, so a link in /var/log to /etc/shadow is never read.
+func (s *Server) systemLogs(w http.ResponseWriter, r *http.Request) {
+	rel := strings.TrimPrefix(r.URL.Path, "/logs/")
+	if !validLogPath(rel) {
+		http.Error(w, "the log path must be relative to the log directory, without \"..\" or empty segments", http.StatusBadRequest)
+		return
+	}
+	root, err := os.OpenRoot(s.cfg.SystemLogDir)
+	if err != nil {
+		klog.V(2).InfoS("Opening the system log directory", "dir", s.cfg.SystemLogDir, "err", err)
+		http.Error(w, "the system log directory is not available", http.StatusNotFound)
+		return
+	}
+	defer func() { _ = root.Close() }()
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/" + rel
+	r2.URL.RawPath = ""
+	http.FileServerFS(logFS{root: root}).ServeHTTP(w, r2)
+}
+
+// validLogPath says whether p (below /logs/, decoded) names something under the log
+// directory by a plain relative path. An empty path is the directory itself; a
+// trailing "/" asks for a directory listing.
+func validLogPath(p string) bool {
+	if strings.ContainsAny(p, "\x00\\") || strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if seg == ".." || seg == "." || (seg == "" && i != len(segs)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// logFS opens files under one directory and nowhere else. Only regular files and
+// directories are opened: a FIFO would hang the request and a device is no log. Any
+// error other than "not found" or "permission denied" (a symlink escaping the root
+// is one) is answered as 403, so the server's reply never says what lies outside.
+type logFS struct{ root *os.Root }
+
+func (l logFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	// O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+	f, err := l.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, refusal(name, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, refusal(name, err)
+	}
+	if !st.Mode().IsRegular() && !st.IsDir() {
+		_ = f.Close()
+		return nil, refusal(name, fmt.Errorf("%s is neither a regular file nor a directory", st.Mode().Type()))
+	}
+	return f, nil
+}
+
+// refusal keeps "not found" and maps every other failure to permission denied.
+func refusal(name string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	klog.V(2).InfoS("Refusing a system log path", "path", name, "err", err)
+	return &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+}
+
+// enableContentionProfiling records every blocking event in the block profile
+// (/debug/pprof/block), as upstream's enableContentionProfiling does. It is the
+// process's setting, so it is made once, when the authenticated API is built.
+func enableContentionProfiling() {
+	runtime.SetBlockProfileRate(1)
+}

@@ -37,6 +37,8 @@ type apiServerDeps struct {
 	probeMetrics   prometheus.Gatherer    // served on /metrics/probes; may be nil
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
 	clock          clock.WithTicker
+	// systemLogDir is what /logs/ serves; empty is the node's /var/log.
+	systemLogDir string
 	// showHiddenMetrics serves the hidden (long-deprecated) metrics too
 	// (showHiddenMetricsForVersion).
 	showHiddenMetrics bool
@@ -101,7 +103,13 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		CurvePreferences:        curves,
 		ShowHiddenMetrics:       d.showHiddenMetrics,
 		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
-		Configz:                 configz(kc),
+		// Upstream's defaults: every handler on, contention profiling off.
+		EnableProfilingHandler:    ptr.Deref(kc.EnableProfilingHandler, true),
+		EnableContentionProfiling: kc.EnableContentionProfiling,
+		EnableDebugFlagsHandler:   ptr.Deref(kc.EnableDebugFlagsHandler, true),
+		EnableSystemLogHandler:    ptr.Deref(kc.EnableSystemLogHandler, true),
+		SystemLogDir:              d.systemLogDir,
+		Configz:                   configz(kc),
 	}, server.Deps{
 		Authenticator: authn,
 		Authorizer:    authz,

@@ -178,7 +178,7 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.VolumeStatsAggPeriod = metav1.Duration{}
 			kc.QOSReserved = map[string]string{}
 		}},
-		{name: "handlers nodelet never serves may be turned off", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+		{name: "the debugging handlers may be turned off", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.EnableProfilingHandler = ptr.To(false)
 			kc.EnableDebugFlagsHandler = ptr.To(false)
 			kc.EnableSystemLogHandler = ptr.To(false)

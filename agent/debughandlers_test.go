@@ -23,8 +23,9 @@ import (
 
 // TestDebugHandlersFollowConfig: the KubeletConfiguration's enableProfilingHandler,
 // enableDebugFlagsHandler and enableSystemLogHandler reach the kubelet API. Unset
-// they are on (upstream's default), false they are not served, and
-// enableContentionProfiling fills the block profile.
+// they are on (upstream's default), false they are not served;
+// enableContentionProfiling fills the block profile; enableSystemLogQuery (default
+// false) makes /logs/?query= run journalctl.
 func TestDebugHandlersFollowConfig(t *testing.T) {
 	crt, key, err := certutil.GenerateSelfSignedCertKey("node-a", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 	if err != nil {
@@ -36,6 +37,12 @@ func TestDebugHandlersFollowConfig(t *testing.T) {
 	}
 	logs := t.TempDir()
 	if err := os.WriteFile(filepath.Join(logs, "syslog"), []byte("node log line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A journalctl that knows the unit nodelet and echoes its arguments.
+	journalctl := filepath.Join(t.TempDir(), "journalctl")
+	script := "#!/bin/sh\nif [ \"$1\" = --field ]; then echo nodelet.service; exit 0; fi\necho \"journal: $*\"\n"
+	if err := os.WriteFile(journalctl, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	verbosity := 0
@@ -54,6 +61,7 @@ func TestDebugHandlersFollowConfig(t *testing.T) {
 		d := serverTestDeps()
 		d.getCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &pair, nil }
 		d.systemLogDir = logs
+		d.journalctlPath = journalctl
 		l, err := newAPIServer(context.Background(), kc, d)
 		if err != nil || l == nil {
 			t.Fatalf("newAPIServer = %v, %v", l, err)
@@ -89,6 +97,18 @@ func TestDebugHandlersFollowConfig(t *testing.T) {
 			if code, body := do(e.method, e.path); code != http.StatusOK || !strings.Contains(body, e.want) {
 				t.Errorf("%s %s: %d %.200q, want 200 holding %q", e.method, e.path, code, body, e.want)
 			}
+		}
+	})
+
+	t.Run("enableSystemLogQuery: unset the query is ignored, true it runs journalctl", func(t *testing.T) {
+		do := serve(t, func(*kubeletconfigv1beta1.KubeletConfiguration) {})
+		if code, body := do("GET", "/logs/?query=nodelet"); code != http.StatusOK || !strings.Contains(body, `href="syslog"`) {
+			t.Errorf("query unset: %d %.200q, want the listing", code, body)
+		}
+		do = serve(t, func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.EnableSystemLogQuery = ptr.To(true) })
+		want := "journal: --utc --no-pager --output=short-precise --unit=nodelet\n"
+		if code, body := do("GET", "/logs/?query=nodelet"); code != http.StatusOK || body != want {
+			t.Errorf("query on: %d %q, want %q", code, body, want)
 		}
 	})
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/server"
 )
 
@@ -39,6 +40,8 @@ type apiServerDeps struct {
 	clock          clock.WithTicker
 	// systemLogDir is what /logs/ serves; empty is the node's /var/log.
 	systemLogDir string
+	// journalctlPath runs the node log query; empty is journalctl from $PATH.
+	journalctlPath string
 	// showHiddenMetrics serves the hidden (long-deprecated) metrics too
 	// (showHiddenMetricsForVersion).
 	showHiddenMetrics bool
@@ -79,6 +82,10 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	if err != nil {
 		return nil, err
 	}
+	gates, err := config.FeatureGates(kc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the feature gates for the kubelet API: %w", err)
+	}
 	pods := func() []*v1.Pod {
 		known := d.pods()
 		out := make([]*v1.Pod, 0, len(known))
@@ -109,7 +116,10 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		EnableDebugFlagsHandler:   ptr.Deref(kc.EnableDebugFlagsHandler, true),
 		EnableSystemLogHandler:    ptr.Deref(kc.EnableSystemLogHandler, true),
 		SystemLogDir:              d.systemLogDir,
-		Configz:                   configz(kc),
+		// As upstream, the query needs the NodeLogQuery gate (GA, locked on in v1.37).
+		EnableSystemLogQuery: ptr.Deref(kc.EnableSystemLogQuery, false) && gates.Enabled("NodeLogQuery"),
+		JournalctlPath:       d.journalctlPath,
+		Configz:              configz(kc),
 	}, server.Deps{
 		Authenticator: authn,
 		Authorizer:    authz,

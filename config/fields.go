@@ -168,7 +168,7 @@ func FieldRules() []FieldRule {
 		r("kernelMemcgNotification", "nodelet's eviction manager polls memory usage; it does not use kernel memcg threshold notifications"),
 		w("logging", "config.TestApplyLogging"),
 		w("enableSystemLogHandler", "agent.TestDebugHandlersFollowConfig"),
-		r("enableSystemLogQuery", "nodelet does not serve /logs/ (the system log handler), so there is no log query"),
+		w("enableSystemLogQuery", "agent.TestDebugHandlersFollowConfig"),
 		w("shutdownGracePeriod", "shutdown.TestGroups"),
 		w("shutdownGracePeriodCriticalPods", "shutdown.TestGroups"),
 		w("shutdownGracePeriodByPodPriority", "shutdown.TestGroups"),

@@ -183,6 +183,13 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.EnableDebugFlagsHandler = ptr.To(false)
 			kc.EnableSystemLogHandler = ptr.To(false)
 		}},
+		{name: "the debugging handlers may be turned on, the log query and contention profiling too", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.EnableProfilingHandler = ptr.To(true)
+			kc.EnableDebugFlagsHandler = ptr.To(true)
+			kc.EnableSystemLogHandler = ptr.To(true)
+			kc.EnableSystemLogQuery = ptr.To(true)
+			kc.EnableContentionProfiling = true
+		}},
 		{name: "no effect upstream is accepted", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.StreamingConnectionIdleTimeout = metav1.Duration{Duration: time.Hour}
 			kc.IPTablesDropBit = ptr.To[int32](16)
@@ -199,9 +206,9 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.Tracing = &tracingapi.TracingConfiguration{}
 		}, want: []string{"tracing"}},
 		{name: "bool set against a default-false feature", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
-			kc.EnableSystemLogQuery = ptr.To(true)
+			kc.RunOnce = true
 			kc.EnableControllerAttachDetach = ptr.To(false)
-		}, want: []string{"enableControllerAttachDetach", "enableSystemLogQuery"}},
+		}, want: []string{"runOnce", "enableControllerAttachDetach"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -88,12 +88,38 @@ func (s *Server) setVerbosity(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, msg)
 }
 
-// systemLogs is GET /logs/: files and directory listings under SystemLogDir. The
+// systemLogs is GET /logs/: files and directory listings under SystemLogDir, and
+// with EnableSystemLogQuery the node log query (?query=, logquery.go). The
 // path is hostile: any ".." is refused outright, and files are opened through an
 // os.Root, which resolves every component with openat and refuses symlinks that
 // lead out of the directory, so a link in /var/log to /etc/shadow is never read.
 func (s *Server) systemLogs(w http.ResponseWriter, r *http.Request) {
 	rel := strings.TrimPrefix(r.URL.Path, "/logs/")
+	if s.cfg.EnableSystemLogQuery {
+		n, err := parseNodeLogQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if n != nil {
+			// Upstream's statuses: a query with a path, or an invalid one, is 406.
+			if rel != "" {
+				http.Error(w, "path not allowed in query mode", http.StatusNotAcceptable)
+				return
+			}
+			if err := n.validate(); err != nil {
+				http.Error(w, err.Error(), http.StatusNotAcceptable)
+				return
+			}
+			if len(n.services) > 0 {
+				s.serveLogQuery(w, r, n)
+				return
+			}
+			// One file (validate allows no more), served as /logs/<file> would be:
+			// "query=/kern.log" names /var/log/kern.log.
+			rel = strings.TrimPrefix(n.files[0], "/")
+		}
+	}
 	if !validLogPath(rel) {
 		http.Error(w, "the log path must be relative to the log directory, without \"..\" or empty segments", http.StatusBadRequest)
 		return

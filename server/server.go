@@ -84,6 +84,11 @@ type Config struct {
 	EnableDebugFlagsHandler   bool
 	EnableSystemLogHandler    bool
 	SystemLogDir              string
+	// EnableSystemLogQuery answers /logs/?query=<service>|<file> (upstream's
+	// NodeLogQuery) from the journal through JournalctlPath (default "journalctl")
+	// or from the log files.
+	EnableSystemLogQuery bool
+	JournalctlPath       string
 	// Configz is what /configz shows under "kubeletconfig" (the effective configuration).
 	Configz any
 	// ShowHiddenMetrics serves the metrics upstream hides in this version (deprecated
@@ -125,6 +130,9 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	if cfg.SystemLogDir == "" {
 		cfg.SystemLogDir = DefaultSystemLogDir
+	}
+	if cfg.JournalctlPath == "" {
+		cfg.JournalctlPath = "journalctl"
 	}
 	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond, metrics: newHTTPMetrics(deps.Registerer)}
 }

@@ -112,15 +112,15 @@ func TestDebugHandlersFollowConfig(t *testing.T) {
 		}
 	})
 
-	t.Run("false: not served", func(t *testing.T) {
+	t.Run("false: not served, 405 endpoint is disabled as upstream", func(t *testing.T) {
 		do := serve(t, func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.EnableProfilingHandler = ptr.To(false)
 			kc.EnableDebugFlagsHandler = ptr.To(false)
 			kc.EnableSystemLogHandler = ptr.To(false)
 		})
 		for _, e := range endpoints {
-			if code, _ := do(e.method, e.path); code != http.StatusNotFound {
-				t.Errorf("%s %s: %d, want 404", e.method, e.path, code)
+			if code, body := do(e.method, e.path); code != http.StatusMethodNotAllowed || !strings.Contains(body, "endpoint is disabled.") {
+				t.Errorf("%s %s: %d %q, want 405 endpoint is disabled", e.method, e.path, code, body)
 			}
 		}
 	})

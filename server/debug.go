@@ -41,15 +41,31 @@ func (s *Server) debugRoutes() []route {
 			pprof.Handler(r.PathValue("name")).ServeHTTP(w, r)
 		}))
 	}
+	if !s.cfg.EnableProfilingHandler {
+		add("/debug/pprof/", disabledEndpoint("profiling endpoint is disabled."))
+	}
 	if s.cfg.EnableDebugFlagsHandler {
 		// Every method reaches the handler, which answers 405 to all but PUT (as
 		// upstream), rather than the 404 of a path that does not exist.
 		add("/debug/flags/v", http.HandlerFunc(s.setVerbosity))
+	} else {
+		add("/debug/flags/v", disabledEndpoint("flags endpoint is disabled."))
 	}
 	if s.cfg.EnableSystemLogHandler {
 		add("GET /logs/", http.HandlerFunc(s.systemLogs))
+	} else {
+		add("/logs/", disabledEndpoint("logs endpoint is disabled."))
 	}
 	return rs
+}
+
+// disabledEndpoint answers a handler switched off in the config as upstream does:
+// 405 with its message, so a caller (authorized like for the real handler) learns
+// the endpoint exists and is off, not that the path is wrong.
+func disabledEndpoint(msg string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, msg, http.StatusMethodNotAllowed)
+	})
 }
 
 // setVerbosity is PUT /debug/flags/v: the body is klog's new verbosity. It goes

@@ -141,19 +141,33 @@ func TestDebugHandlersDisabled(t *testing.T) {
 		"logs":      func(c *Config) { c.EnableSystemLogHandler = false },
 		"debugging": func(c *Config) { c.EnableDebuggingHandlers = false },
 	}
-	// GET on /debug/flags/v is 405 when served: it is enough to tell served from not.
-	served := func(code int) bool { return code == http.StatusOK || code == http.StatusMethodNotAllowed }
+	// Upstream's words for an endpoint switched off: 405 with this message.
+	disabled := map[string]string{"profiling": "profiling endpoint is disabled.", "flags": "flags endpoint is disabled.", "logs": "logs endpoint is disabled."}
 	for name, cfg := range off {
 		h := debugServer(dir, AlwaysAllow{}, cfg).Handler()
 		for what, p := range paths {
-			code := do(h, "GET", p, "").Code
-			if name == what || name == "debugging" {
-				if code != http.StatusNotFound {
-					t.Errorf("%s off: GET %s = %d, want 404", name, p, code)
+			w := do(h, "GET", p, "")
+			switch {
+			case name == "debugging":
+				if w.Code != http.StatusNotFound {
+					t.Errorf("%s off: GET %s = %d, want 404", name, p, w.Code)
 				}
-			} else if !served(code) {
-				t.Errorf("%s off: GET %s = %d, want it served", name, p, code)
+			case name == what:
+				if w.Code != http.StatusMethodNotAllowed || strings.TrimSpace(w.Body.String()) != disabled[what] {
+					t.Errorf("%s off: GET %s = %d %q, want 405 %q", name, p, w.Code, w.Body.String(), disabled[what])
+				}
+			case strings.Contains(w.Body.String(), "endpoint is disabled"):
+				t.Errorf("%s off: GET %s = %d %q, want it served", name, p, w.Code, w.Body.String())
 			}
+		}
+	}
+	// Switched off, the endpoints still need their own authorization (nodes/proxy, nodes/log).
+	none := debugServer(dir, &recordingAuthz{grant: "stats"}, func(c *Config) {
+		c.EnableProfilingHandler, c.EnableDebugFlagsHandler, c.EnableSystemLogHandler = false, false, false
+	}).Handler()
+	for _, p := range paths {
+		if w := do(none, "GET", p, ""); w.Code != http.StatusForbidden {
+			t.Errorf("disabled %s without authorization: %d, want 403", p, w.Code)
 		}
 	}
 	ro := debugServer(dir, AlwaysAllow{}, nil).ReadOnlyHandler()

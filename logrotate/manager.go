@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodelet/nodelet/internal/ctxio"
 	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/internal/safepath"
 )
@@ -304,7 +305,7 @@ func compress(ctx context.Context, dir *os.File, name string) (err error) {
 		return err
 	}
 	zw := gzip.NewWriter(dst)
-	if _, err := io.Copy(zw, ctxReader{ctx: ctx, r: src}); err != nil {
+	if _, err := io.Copy(zw, ctxio.Reader{Ctx: ctx, R: src}); err != nil {
 		return err
 	}
 	if err := zw.Close(); err != nil {
@@ -321,17 +322,4 @@ func compress(ctx context.Context, dir *os.File, name string) (err error) {
 		return fmt.Errorf("renaming %s: %w", tmp, err)
 	}
 	return remove(dir, name)
-}
-
-// ctxReader stops a long copy when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/ctxio"
 )
 
 // Upstream's limits on a node log query.
@@ -272,7 +274,7 @@ func copyServiceFile(ctx context.Context, out io.Writer, fsys logFS, svc string)
 			_ = f.Close()
 			continue
 		}
-		_, err = io.Copy(out, ctxReader{ctx: ctx, r: f})
+		_, err = io.Copy(out, ctxio.Reader{Ctx: ctx, R: f})
 		_ = f.Close()
 		if err != nil {
 			_, _ = fmt.Fprintf(out, "\nerror getting log for %s: %v\n", svc, err)
@@ -280,17 +282,4 @@ func copyServiceFile(ctx context.Context, out io.Writer, fsys logFS, svc string)
 		return
 	}
 	_, _ = fmt.Fprintf(out, "\nlog not found for %s\n", svc)
-}
-
-// ctxReader stops a copy when the request ends or the query times out.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

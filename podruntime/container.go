@@ -77,10 +77,19 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			// left it created, or a nodelet or runtime crash cut its start off. It
 			// goes first and its replacement takes its attempt number (it never
 			// ran: no restart), so the pod never has two instances of the container.
-			if err := m.removeLeftover(ctx, pod, prev); err != nil {
+			switch err := m.removeLeftover(ctx, pod, prev); {
+			case err == nil:
+				restartCount = n
+			case errors.Is(err, errLeftoverBusy):
 				return nil, err
+			default:
+				// The runtime will not let it go (containerd keeps a task a cut
+				// NewTask created after all: "cannot delete running task"). Waiting
+				// for it would keep the pod from ever starting: the replacement
+				// takes the next attempt instead, beside it.
+				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
+					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", restartCount, "err", err)
 			}
-			restartCount = n
 		}
 	}
 	node := m.node()

@@ -15,6 +15,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/pleg"
@@ -222,6 +225,32 @@ func TestCutStartIsReplacedWithItsAttempt(t *testing.T) {
 					cfg.GetMetadata().GetAttempt(), cfg.GetAnnotations()[cri.AnnotationContainerRestartCount])
 			}
 		})
+	}
+}
+
+// containerd can keep a task that a cancelled NewTask created after all: the cut
+// container then cannot be removed ("cannot delete running task") and never will
+// be. The pod must not wait for it forever: its replacement takes the next attempt.
+func TestCutStartThatCannotBeRemovedDoesNotBlockThePod(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("app-stuck", v1.RestartPolicyAlways, nil, "app")
+	r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the first sync's start was meant to fail")
+	}
+	cut := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_CREATED)
+	r.fake.FailStart(cut, 128, "StartError", "failed to create containerd task: context canceled")
+	r.fake.InjectError("RemoveContainer", status.Error(codes.FailedPrecondition, `failed to delete containerd container "x": cannot delete running task x: failed precondition`))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync with an unremovable cut container: %v", err)
+	}
+	if got := r.containers(pod, "app"); !slices.Contains(got, runtimeapi.ContainerState_CONTAINER_RUNNING) {
+		t.Fatalf("app container states = %v, want a running replacement", got)
+	}
+	cfg := r.fake.ContainerConfig(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING))
+	if cfg.GetMetadata().GetAttempt() != 1 {
+		t.Errorf("replacement attempt %d, want 1 (the cut one keeps 0)", cfg.GetMetadata().GetAttempt())
 	}
 }
 

@@ -342,17 +342,23 @@ func loadBounded(t *testing.T, ctx context.Context, c *Config, dir string, unblo
 		pods, err := c.loadStaticPods(ctx, dir)
 		done <- result{pods, err}
 	}()
+	// Only a test with a file that can block (a FIFO: unblock opens its other end)
+	// needs a bound, and a generous one: it tells a blocked open from a slow
+	// machine. Without one, reading a 10 MiB manifest under -race on a loaded
+	// machine takes as long as it takes (go test's -timeout catches a real hang).
+	var bound <-chan time.Time
+	if unblock != nil {
+		bound = time.After(time.Minute)
+	}
 	select {
 	case r := <-done:
 		if r.err != nil {
 			t.Fatalf("loadStaticPods: %v", r.err)
 		}
 		return r.pods
-	case <-time.After(10 * time.Second):
-		if unblock != nil {
-			unblock()
-		}
-		t.Fatal("loadStaticPods did not return in 10s: it is blocked on a file that is not a regular file")
+	case <-bound:
+		unblock()
+		t.Fatal("loadStaticPods did not return in 1m: it is blocked on a file that is not a regular file")
 	}
 	return nil
 }

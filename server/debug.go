@@ -140,17 +140,27 @@ func (s *Server) systemLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the log path must be relative to the log directory, without \"..\" or empty segments", http.StatusBadRequest)
 		return
 	}
-	root, err := os.OpenRoot(s.cfg.SystemLogDir)
+	fsys, err := s.openLogFS()
 	if err != nil {
-		klog.V(2).InfoS("Opening the system log directory", "dir", s.cfg.SystemLogDir, "err", err)
 		http.Error(w, "the system log directory is not available", http.StatusNotFound)
 		return
 	}
-	defer func() { _ = root.Close() }()
+	defer fsys.Close()
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = "/" + rel
 	r2.URL.RawPath = ""
-	http.FileServerFS(logFS{root: root}).ServeHTTP(w, r2)
+	http.FileServerFS(fsys).ServeHTTP(w, r2)
+}
+
+// openLogFS opens SystemLogDir for /logs/ and the log query's file fallback
+// (logged here, so callers only say what the client sees).
+func (s *Server) openLogFS() (logFS, error) {
+	root, err := os.OpenRoot(s.cfg.SystemLogDir)
+	if err != nil {
+		klog.V(2).InfoS("Opening the system log directory", "dir", s.cfg.SystemLogDir, "err", err)
+		return logFS{}, fmt.Errorf("opening the system log directory: %w", err)
+	}
+	return logFS{root: root}, nil
 }
 
 // validLogPath says whether p (below /logs/, decoded) names something under the log
@@ -174,6 +184,9 @@ func validLogPath(p string) bool {
 // error other than "not found" or "permission denied" (a symlink escaping the root
 // is one) is answered as 403, so the server's reply never says what lies outside.
 type logFS struct{ root *os.Root }
+
+// Close releases the directory.
+func (l logFS) Close() { _ = l.root.Close() }
 
 func (l logFS) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"regexp"
 	"regexp/syntax"
@@ -217,15 +216,14 @@ func (s *Server) serveLogQuery(w http.ResponseWriter, r *http.Request, n *nodeLo
 		_, _ = fmt.Fprintf(out, "\noptions present and query resolved to log files for %v\ntry without specifying options\n", files)
 		return
 	}
-	root, err := os.OpenRoot(s.cfg.SystemLogDir)
+	fsys, err := s.openLogFS()
 	if err != nil {
-		klog.V(2).InfoS("Opening the system log directory", "dir", s.cfg.SystemLogDir, "err", err)
 		_, _ = fmt.Fprintf(out, "\nlog not found for %v\n", files)
 		return
 	}
-	defer func() { _ = root.Close() }()
+	defer fsys.Close()
 	for _, svc := range files {
-		copyServiceFile(ctx, out, logFS{root: root}, svc)
+		copyServiceFile(ctx, out, fsys, svc)
 	}
 }
 

@@ -368,20 +368,29 @@ func (c *Controller) runLease(ctx context.Context) {
 	interval := time.Duration(float64(c.leaseDuration) * leaseRenewIntervalFraction)
 	for {
 		c.syncLease(ctx)
-		t := c.clk.NewTimer(jitter(interval))
+		if !c.waitLeaseRenewal(ctx, jitter(interval)) {
+			return
+		}
+	}
+}
+
+// waitLeaseRenewal waits until the lease is due, or until the Node registers while the lease
+// has no owner yet (it is renewed at once to take the Node as owner). A registration signal
+// for an already owned lease keeps the same timer, so the renewal stays on its interval.
+// False when ctx ended.
+func (c *Controller) waitLeaseRenewal(ctx context.Context, d time.Duration) bool {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return
+			return false
 		case <-c.registeredCh:
-			t.Stop()
-			if c.latestLease != nil && len(c.latestLease.OwnerReferences) > 0 {
-				// Already owned (the Node existed): keep the renewal interval.
-				if !c.sleep(ctx, jitter(interval)) {
-					return
-				}
+			if c.latestLease == nil || len(c.latestLease.OwnerReferences) == 0 {
+				return true
 			}
 		case <-t.C():
+			return true
 		}
 	}
 }

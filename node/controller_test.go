@@ -733,7 +733,14 @@ func TestRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.c.Run(ctx); close(done) }()
 
-	eventually.True(t, "node registered and lease created", func() bool { return h.c.Node() != nil && h.lease() != nil })
+	// The lease loop may create the Lease before registration ends; it then wakes on the
+	// registration, renews at once to take the Node as owner and waits anew. Counting waiters
+	// before that wake counted its stale timer, and the renewal then landed after the 9.9 s
+	// step (a flake), so wait for the owned Lease first.
+	eventually.True(t, "node registered and lease owned by it", func() bool {
+		l := h.lease()
+		return h.c.Node() != nil && l != nil && len(l.OwnerReferences) > 0
+	})
 	// Both loops now wait: status for 10s, lease for 10s, each +≤4% jitter.
 	eventually.True(t, "both loops waiting", func() bool { return h.clk.Waiters() == 2 })
 	h.clk.Step(9900 * time.Millisecond)

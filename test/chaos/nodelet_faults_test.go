@@ -99,25 +99,26 @@ func TestNodeletKilledMidBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	figure(t, "runtime_problems_at_all_ready", len(first))
-	for _, p := range first {
+	figure(t, "runtime_problems_at_all_ready", len(first.problems))
+	for _, p := range first.problems {
 		t.Logf("at all Ready: %s", p)
 	}
-	var last []string
+	last := first
 	waited := time.Now()
 	err = framework.WaitFor(ctx, gcWait, "exactly one sandbox and one container per pod in containerd", func(ctx context.Context) (bool, error) {
-		p, err := runtimeCheck(ctx, f.CRI, pods)
+		v, err := runtimeCheck(ctx, f.CRI, pods)
 		if err != nil {
 			return false, err
 		}
-		last = p
-		return len(p) == 0, nil
+		last = v
+		return len(v.problems) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("%v; left:\n  %s", err, strings.Join(last, "\n  "))
+		t.Errorf("%v; left:\n  %s", err, strings.Join(last.problems, "\n  "))
 	} else {
 		figure(t, "runtime_clean_after_all_ready", time.Since(waited))
 	}
+	reportLeakedTasks(t, last.leaked)
 	d := joinDoubles()
 	figure(t, "pods_started_twice", len(d))
 	figure(t, "cut_starts_replaced", cutStartsReplaced(n))
@@ -128,7 +129,8 @@ func TestNodeletKilledMidBurst(t *testing.T) {
 }
 
 // watchRuntimeDoubles polls containerd until ctx ends and then sends the pods (by uid) seen
-// with two READY sandboxes or two RUNNING containers of the same name at once.
+// with two READY sandboxes or two running containers of the same name at once (running by
+// CRI, or by containerd's task behind a container CRI reports otherwise).
 func watchRuntimeDoubles(ctx context.Context, c *framework.CRIClient) <-chan []string {
 	out := make(chan []string, 1)
 	go func() {
@@ -150,10 +152,12 @@ func watchRuntimeDoubles(ctx context.Context, c *framework.CRIClient) <-chan []s
 					}
 				}
 			}
+			tasks, _ := c.Tasks(ctx) // nil on error: CRI's view alone
 			if ctrs, err := c.Containers(ctx, nil); err == nil {
 				live := map[string][]string{}
 				for _, ctr := range ctrs {
-					if ctr.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+					// A task running behind a container CRI reports otherwise runs too.
+					if ctr.State == runtimeapi.ContainerState_CONTAINER_RUNNING || tasks[ctr.Id] == "RUNNING" {
 						k := ctr.Labels[framework.LabelPodUID] + "/" + ctr.GetMetadata().GetName()
 						live[k] = append(live[k], short(ctr.Id))
 					}

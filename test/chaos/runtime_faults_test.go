@@ -107,28 +107,29 @@ func TestRuntimeKilled(t *testing.T) {
 	// Nothing doubled, nothing left: one sandbox and one container per pod. A sandbox or
 	// container whose creation the kill cut short may linger until container GC (every
 	// minute) removes it: allow it that long, and say how long it took.
-	problems, err := runtimeCheck(ctx, f.CRI, pods)
+	view, err := runtimeCheck(ctx, f.CRI, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	figure(t, "runtime_problems_at_all_ready", len(problems))
-	for _, p := range problems {
+	figure(t, "runtime_problems_at_all_ready", len(view.problems))
+	for _, p := range view.problems {
 		t.Logf("at all Ready: %s", p)
 	}
 	start = time.Now()
 	err = framework.WaitFor(ctx, 75*time.Second, "one sandbox and one container per pod in containerd", func(ctx context.Context) (bool, error) {
-		p, err := runtimeCheck(ctx, f.CRI, pods)
+		v, err := runtimeCheck(ctx, f.CRI, pods)
 		if err != nil {
 			return false, err
 		}
-		problems = p
-		return len(problems) == 0, nil
+		view = v
+		return len(view.problems) == 0, nil
 	})
 	figure(t, "runtime_leftovers_gone_after", time.Since(start))
 	if err != nil {
-		t.Errorf("%v:\n%s", err, strings.Join(problems, "\n"))
+		t.Errorf("%v:\n%s", err, strings.Join(view.problems, "\n"))
 	}
-	figure(t, "runtime_problems", len(problems))
+	figure(t, "runtime_problems", len(view.problems))
+	reportLeakedTasks(t, view.leaked)
 	figure(t, "cut_starts_replaced", cutStartsReplaced(n))
 	t.Logf("CHAOS %s load=%s", t.Name(), loadavg())
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -158,5 +159,62 @@ func TestRigRuntime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRigCleanupDeletesLeakedTask: containerd can keep a task for a container CRI reports as
+// not running (a start cut off after the task existed) and then refuses its removal through
+// CRI, "cannot delete running task". The framework's cleanup gets past it with ctr, so one
+// test's leak does not fail every later test's set-up. The leak is made here with ctr
+// starting a task behind CRI's back.
+func TestRigCleanupDeletesLeakedTask(t *testing.T) {
+	f := framework.New(t)
+	if f.Env.Ctr == "" {
+		t.Fatal("rig.env has no CTR")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := f.CRI.RemoveAllPodSandboxes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, ctr, err := f.CRI.CreateBusyboxPod(ctx, "rig-leak", f.Env.BusyboxImage, t.TempDir(), true, "sleep", "3600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, f.Env.Ctr, "tasks", "start", "--detach", "--null-io", ctr).CombinedOutput(); err != nil {
+		t.Fatalf("starting a task behind CRI's back: %v: %s", err, out)
+	}
+	tasks, err := f.CRI.Tasks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tasks[ctr] == "" {
+		t.Fatalf("no task for container %s after ctr started one; tasks %v", ctr, tasks)
+	}
+	// The leak as CRI shows it: the container is not running, and its removal is refused.
+	st, err := f.CRI.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("CRI reports the container running; the leak was not made")
+	}
+	_, err = f.CRI.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr})
+	if framework.LeakedTaskID(err) != ctr {
+		t.Fatalf("RemoveContainer over CRI: %v, want containerd's refusal for the task it keeps", err)
+	}
+
+	if _, err := f.CRI.RemoveAllPodSandboxes(ctx); err != nil {
+		t.Fatalf("cleanup with a leaked task: %v", err)
+	}
+	if tasks, err = f.CRI.Tasks(ctx); err != nil {
+		t.Fatal(err)
+	} else if tasks[ctr] != "" {
+		t.Errorf("task %s still there after the cleanup: %s", ctr, tasks[ctr])
+	}
+	if ctrs, err := f.CRI.Containers(ctx, nil); err != nil {
+		t.Fatal(err)
+	} else if len(ctrs) != 0 {
+		t.Errorf("%d containers left after the cleanup", len(ctrs))
 	}
 }

@@ -82,7 +82,9 @@ if [[ -n "$cdbin" && -x "$cdbin/ctr" ]]; then CTR_BIN=$cdbin/ctr; fi
 ctr() { "$CTR_BIN" "$@"; }
 if [[ -S "$SOCK" ]] && ctr -a "$SOCK" version >/dev/null 2>&1; then
 	if [[ -x "$BIN/rigcri" ]]; then
-		timeout 120 "$BIN/rigcri" -endpoint "unix://$SOCK" -timeout 110s cleanup >&2 ||
+		ctrflag=()
+		[[ -x "$BIN/ctr" ]] && ctrflag=(-ctr "$BIN/ctr")
+		timeout 120 "$BIN/rigcri" -endpoint "unix://$SOCK" "${ctrflag[@]}" -timeout 110s cleanup >&2 ||
 			log "CRI cleanup failed; removing tasks with ctr"
 	fi
 	for t in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do

@@ -3,7 +3,10 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
+	"regexp"
 	"strings"
 	"time"
 
@@ -27,11 +30,21 @@ type CRIClient struct {
 	Runtime runtimeapi.RuntimeServiceClient
 	Image   runtimeapi.ImageServiceClient
 	conn    *grpc.ClientConn
+	// ctr is a ctr command bound to the runtime's containerd and CRI namespace (the rig's
+	// CTR wrapper), "" when there is none: the way past what CRI cannot clean up.
+	ctr string
 }
+
+// DialOption adjusts DialCRI.
+type DialOption func(*CRIClient)
+
+// WithCtr names a ctr command bound to the same containerd and its k8s.io namespace, for
+// the tasks containerd leaks past CRI (see RemoveAllPodSandboxes and Tasks).
+func WithCtr(path string) DialOption { return func(c *CRIClient) { c.ctr = path } }
 
 // DialCRI connects to a CRI endpoint such as unix:///var/lib/nodelet-rig/run/containerd.sock.
 // The connection is lazy; the first call reports an unreachable runtime.
-func DialCRI(endpoint string) (*CRIClient, error) {
+func DialCRI(endpoint string, opts ...DialOption) (*CRIClient, error) {
 	if !strings.HasPrefix(endpoint, "unix://") {
 		return nil, fmt.Errorf("dialing CRI: endpoint %q is not unix://", endpoint)
 	}
@@ -41,11 +54,15 @@ func DialCRI(endpoint string) (*CRIClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dialing CRI %s: %w", endpoint, err)
 	}
-	return &CRIClient{
+	c := &CRIClient{
 		Runtime: runtimeapi.NewRuntimeServiceClient(conn),
 		Image:   runtimeapi.NewImageServiceClient(conn),
 		conn:    conn,
-	}, nil
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
 }
 
 // Close closes the connection.
@@ -107,6 +124,11 @@ func (c *CRIClient) ImageTags(ctx context.Context) ([]string, error) {
 
 // RemoveAllPodSandboxes stops and removes every sandbox (with its containers and its CNI
 // network), so that a test starts on an empty runtime. It returns how many it removed.
+//
+// containerd can keep a task that a cancelled start created (the CRI call was cut off after
+// the task existed), and then refuses to remove its container, "cannot delete running task",
+// through CRI forever. With WithCtr such a task is deleted with ctr and the removal retried,
+// so that one test's leak does not fail every later test's set-up.
 func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 	sbs, err := c.PodSandboxes(ctx, nil)
 	if err != nil {
@@ -116,7 +138,10 @@ func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			return 0, fmt.Errorf("stopping sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
 		}
-		if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		if err := c.pastLeakedTask(ctx, func() error {
+			_, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+			return err
+		}); err != nil {
 			return 0, fmt.Errorf("removing sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
 		}
 	}
@@ -130,11 +155,70 @@ func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 		if _, err := c.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr.Id, Timeout: 0}); err != nil {
 			return len(sbs), fmt.Errorf("stopping container %s: %w", ctr.Id, err)
 		}
-		if _, err := c.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.Id}); err != nil {
+		if err := c.pastLeakedTask(ctx, func() error {
+			_, err := c.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.Id})
+			return err
+		}); err != nil {
 			return len(sbs), fmt.Errorf("removing container %s: %w", ctr.Id, err)
 		}
 	}
 	return len(sbs), nil
+}
+
+// leakedTaskRE finds the container whose task containerd would not let go of, in its CRI
+// error "... cannot delete running task <id>: failed precondition".
+var leakedTaskRE = regexp.MustCompile(`cannot delete running task ([0-9a-f]{64})`)
+
+// LeakedTaskID is the container ID in containerd's "cannot delete running task" refusal, ""
+// for any other error.
+func LeakedTaskID(err error) string {
+	if err == nil {
+		return ""
+	}
+	if m := leakedTaskRE.FindStringSubmatch(err.Error()); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// pastLeakedTask runs remove; when containerd refuses it for a task it kept, it force-deletes
+// that task with ctr and runs remove once more.
+func (c *CRIClient) pastLeakedTask(ctx context.Context, remove func() error) error {
+	err := remove()
+	id := LeakedTaskID(err)
+	if id == "" || c.ctr == "" {
+		return err
+	}
+	if out, derr := exec.CommandContext(ctx, c.ctr, "tasks", "delete", "--force", id).CombinedOutput(); derr != nil {
+		return errors.Join(err, fmt.Errorf("force-deleting the task containerd kept for container %s: %w: %s", id, derr, strings.TrimSpace(string(out))))
+	}
+	return remove()
+}
+
+// Tasks lists containerd's tasks in the CRI namespace by container ID, each with its status
+// as ctr prints it (CREATED, RUNNING, PAUSED, STOPPED). It needs WithCtr.
+func (c *CRIClient) Tasks(ctx context.Context) (map[string]string, error) {
+	if c.ctr == "" {
+		return nil, errors.New("listing containerd tasks: no ctr command (DialCRI WithCtr)")
+	}
+	out, err := exec.CommandContext(ctx, c.ctr, "tasks", "ls").Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing containerd tasks with %s: %w", c.ctr, err)
+	}
+	return ParseCtrTasks(string(out)), nil
+}
+
+// ParseCtrTasks reads `ctr tasks ls`: a "TASK PID STATUS" header, then one task per line.
+func ParseCtrTasks(out string) map[string]string {
+	tasks := map[string]string{}
+	for i, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 3 {
+			continue
+		}
+		tasks[f[0]] = f[2]
+	}
+	return tasks
 }
 
 // RunBusyboxPod runs a sandbox and one container of image with command, straight over CRI
@@ -142,6 +226,18 @@ func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 // logDir receives the container log at <logDir>/<name>.log. It returns the sandbox and
 // container IDs; remove them with RemoveAllPodSandboxes or StopPodSandbox+RemovePodSandbox.
 func (c *CRIClient) RunBusyboxPod(ctx context.Context, name, image, logDir string, hostNetwork bool, command ...string) (sandboxID, containerID string, err error) {
+	sandboxID, containerID, err = c.CreateBusyboxPod(ctx, name, image, logDir, hostNetwork, command...)
+	if err != nil {
+		return sandboxID, containerID, err
+	}
+	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: containerID}); err != nil {
+		return sandboxID, containerID, fmt.Errorf("starting container %s: %w", name, err)
+	}
+	return sandboxID, containerID, nil
+}
+
+// CreateBusyboxPod is RunBusyboxPod without starting the container.
+func (c *CRIClient) CreateBusyboxPod(ctx context.Context, name, image, logDir string, hostNetwork bool, command ...string) (sandboxID, containerID string, err error) {
 	netMode := runtimeapi.NamespaceMode_POD
 	if hostNetwork {
 		netMode = runtimeapi.NamespaceMode_NODE
@@ -174,9 +270,6 @@ func (c *CRIClient) RunBusyboxPod(ctx context.Context, name, image, logDir strin
 	})
 	if err != nil {
 		return sb.PodSandboxId, "", fmt.Errorf("creating container %s: %w", name, err)
-	}
-	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
-		return sb.PodSandboxId, ctr.ContainerId, fmt.Errorf("starting container %s: %w", name, err)
 	}
 	return sb.PodSandboxId, ctr.ContainerId, nil
 }

@@ -77,7 +77,7 @@ func New(t testing.TB) *Framework {
 	if err != nil {
 		t.Fatalf("building admin client: %v", err)
 	}
-	c, err := DialCRI(env.ContainerRuntimeEndpoint)
+	c, err := DialCRI(env.ContainerRuntimeEndpoint, WithCtr(env.Ctr))
 	if err != nil {
 		t.Fatalf("connecting to CRI: %v", err)
 	}

@@ -3,7 +3,7 @@
 //	rigcri -endpoint unix:///.../containerd.sock version   # runtime name and version
 //	rigcri -endpoint ... images                           # image tags
 //	rigcri -endpoint ... ps                               # sandboxes and containers
-//	rigcri -endpoint ... cleanup                          # stop+remove every sandbox (down.sh)
+//	rigcri -endpoint ... [-ctr CTR] cleanup               # stop+remove every sandbox (down.sh)
 //	rigcri -endpoint ... smoke -image nodelet.local/busybox:latest
 //	    # host-network and CNI sandboxes, each with a busybox container; checks the log
 package main
@@ -28,6 +28,7 @@ func main() {
 	image := flag.String("image", "nodelet.local/busybox:latest", "image for smoke")
 	timeout := flag.Duration("timeout", 60*time.Second, "overall timeout")
 	podCIDR := flag.String("pod-cidr", "10.244.0.0/24", "for smoke: the range the CNI pod's IP must be in")
+	ctr := flag.String("ctr", "", "for cleanup: a ctr command bound to the same containerd (namespace k8s.io), to delete tasks containerd keeps past CRI")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: rigcri [-endpoint E] version|images|ps|cleanup|smoke")
@@ -35,14 +36,14 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *endpoint, flag.Arg(0), *image, *podCIDR); err != nil {
+	if err := run(ctx, *endpoint, *ctr, flag.Arg(0), *image, *podCIDR); err != nil {
 		fmt.Fprintf(os.Stderr, "rigcri %s: %v\n", flag.Arg(0), err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, endpoint, cmd, image, podCIDR string) error {
-	c, err := framework.DialCRI(endpoint)
+func run(ctx context.Context, endpoint, ctr, cmd, image, podCIDR string) error {
+	c, err := framework.DialCRI(endpoint, framework.WithCtr(ctr))
 	if err != nil {
 		return err
 	}

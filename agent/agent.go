@@ -286,7 +286,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// A runtime going down or coming back is in the node's status at once.
 	health.onChange = nodeCtl.TriggerStatusUpdate
 	nodeFacts := func() podruntime.NodeFacts {
-		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable()}
+		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable(), NetworkError: health.networkError()}
 		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {
 			f.MemoryCapacity = mem.Value()
 		}

@@ -180,6 +180,14 @@ func (h *runtimeHealth) runtimeHandlers() ([]*runtimeapi.RuntimeHandler, bool) {
 	return h.handlers, h.handlersSet
 }
 
+// networkError is why the runtime's network is not ready, "" when it is (upstream's
+// runtimeState.networkErrors).
+func (h *runtimeHealth) networkError() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state.networkErr
+}
+
 // reasons are the runtime's reasons for the node not to be Ready now (see
 // runtimeReasons).
 func (h *runtimeHealth) reasons() (base, conds []string) {

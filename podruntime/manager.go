@@ -72,7 +72,14 @@ type NodeFacts struct {
 	Allocatable v1.ResourceList
 	// MemoryCapacity is the node's memory in bytes (for OOM score adjustment).
 	MemoryCapacity int64
+	// NetworkError is why the runtime says its network is not ready ("container runtime
+	// network not ready: NetworkReady=false ..."), "" when it is. Only host-network pods
+	// are synced while it is set, as upstream.
+	NetworkError string
 }
+
+// networkNotReadyMsg is upstream's NetworkNotReadyErrorMsg.
+const networkNotReadyMsg = "network is not ready"
 
 // Config holds the node-wide settings podruntime applies to every pod.
 type Config struct {
@@ -253,6 +260,12 @@ type Result struct {
 // SyncPod drives the runtime one step toward pod's spec.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	// A pod on the pod network waits for the runtime's network, as upstream: its sandbox
+	// would have no network (or fail in CNI), and nothing else of it is acted on until then.
+	if nerr := m.node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
+		return Result{}, fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
+	}
 	m.initActuated(ctx, pod)
 	acts := ComputeActionsWithResize(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes, m.actuatedFor(pod.UID))
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}

@@ -360,3 +360,45 @@ func TestNewSandboxRerunsInitContainers(t *testing.T) {
 		t.Errorf("second init container = %v, want none until the first completed again", got)
 	}
 }
+
+// While the runtime says its network is not ready, a pod on the pod network is not
+// started (upstream's NetworkNotReady event and error) and a host-network pod is.
+func TestNetworkNotReadyHoldsPodNetworkPods(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	nerr := "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+	facts := NodeFacts{Name: "node1"}
+	rec := record.NewFakeRecorder(100)
+	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, r.client, r.client, noVolumes{}, fakeSecrets{},
+		func() NodeFacts { return facts }, rec, clock.RealClock{})
+
+	facts.NetworkError = nerr
+	pod := syncPod("podnet", v1.RestartPolicyAlways, nil, "app")
+	_, err := m.SyncPod(ctx, pod, r.status(pod))
+	if err == nil || err.Error() != "network is not ready: "+nerr {
+		t.Fatalf("SyncPod of a pod-network pod = %v, want upstream's network-not-ready error", err)
+	}
+	if ev := <-rec.Events; ev != "Warning NetworkNotReady network is not ready: "+nerr {
+		t.Errorf("event = %q", ev)
+	}
+	if st := r.status(pod); len(st.Sandboxes) != 0 {
+		t.Errorf("%d sandboxes created while the network was not ready", len(st.Sandboxes))
+	}
+
+	host := syncPod("hostnet", v1.RestartPolicyAlways, nil, "app")
+	host.Spec.HostNetwork = true
+	if _, err := m.SyncPod(ctx, host, r.status(host)); err != nil {
+		t.Fatalf("SyncPod of a host-network pod: %v", err)
+	}
+	if got := r.containers(host, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Errorf("host-network pod's containers = %v, want one running", got)
+	}
+
+	facts.NetworkError = ""
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("SyncPod once the network is ready: %v", err)
+	}
+	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
+		t.Errorf("pod-network pod's containers = %v, want one running", got)
+	}
+}

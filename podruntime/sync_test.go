@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -400,5 +401,49 @@ func TestNetworkNotReadyHoldsPodNetworkPods(t *testing.T) {
 	}
 	if got := r.containers(pod, "app"); !slices.Equal(got, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_RUNNING}) {
 		t.Errorf("pod-network pod's containers = %v, want one running", got)
+	}
+}
+
+// A container held back by its crash-loop back-off gets upstream's BackOff warning, with
+// upstream's wording; its first restart (no back-off yet) gets none.
+func TestCrashLoopBackOffEvent(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	rec := record.NewFakeRecorder(100)
+	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, r.client, r.client, noVolumes{}, fakeSecrets{},
+		func() NodeFacts { return NodeFacts{Name: "node1"} }, rec, clock.RealClock{})
+	pod := syncPod("crashy", v1.RestartPolicyAlways, nil, "app")
+	backOffs := func() []string {
+		var got []string
+		for {
+			select {
+			case ev := <-rec.Events:
+				if strings.HasPrefix(ev, "Warning BackOff ") {
+					got = append(got, ev)
+				}
+			default:
+				return got
+			}
+		}
+	}
+	for i := range 2 {
+		if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+		if got := backOffs(); len(got) != 0 {
+			t.Fatalf("sync %d started the container and warned of a back-off: %v", i, got)
+		}
+		r.fake.ExitContainer(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING), 1, "Error")
+	}
+	res, err := m.SyncPod(ctx, pod, r.status(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Waiting["app"].Reason != "CrashLoopBackOff" {
+		t.Fatalf("waiting = %+v, want CrashLoopBackOff", res.Waiting)
+	}
+	want := "Warning BackOff Back-off restarting failed container app in pod crashy_default(uid-crashy)"
+	if got := backOffs(); !slices.Equal(got, []string{want}) {
+		t.Errorf("events = %q, want [%q]", got, want)
 	}
 }

@@ -592,9 +592,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 			graceful.mgr.Run(ctx, graceful.inh, func(on bool) {
 				shuttingDown.set(on)
 				logger.Info("Node shutdown state changed", "shuttingDown", on)
-				if on {
-					recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}, v1.EventTypeNormal, "NodeShutdown", "Shutdown manager detected shutdown event")
-				}
+				recordShutdown(recorder, nodeName, on)
 				nodeCtl.TriggerStatusUpdate()
 			})
 		})

@@ -12,7 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
@@ -169,4 +171,16 @@ func nodePods(ctx context.Context, client kubernetes.Interface, nodeName string)
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// recordShutdown records upstream's Normal "Shutdown" event on the node when
+// logind announces a shutdown, and when it cancels one. (Upstream's Go constant
+// is NodeShutdown, its reason "Shutdown"; the admission rejection's reason is
+// NodeShutdown.)
+func recordShutdown(rec record.EventRecorder, nodeName string, shuttingDown bool) {
+	msg := "Shutdown manager detected shutdown cancellation"
+	if shuttingDown {
+		msg = "Shutdown manager detected shutdown event"
+	}
+	rec.Event(&v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}, v1.EventTypeNormal, "Shutdown", msg)
 }

@@ -114,7 +114,10 @@ func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container
 		// Cut short, not failed: the pod's kill stops the container, with its grace period.
 		return fmt.Errorf("postStart hook of container %s cut short: %w", c.Name, context.Cause(ctx))
 	}
-	m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "%s", msg)
+	// Upstream keeps the hook's output out of the event, which anyone reading
+	// events sees, as it may hold secrets: it goes to the log and the error.
+	klog.FromContext(ctx).Error(err, "Failed to execute PostStartHook", "pod", klog.KObj(pod), "container", c.Name, "message", msg)
+	m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
 	st := &runtimeapi.ContainerStatus{
 		Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
@@ -122,5 +125,5 @@ func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container
 	if kerr := m.killContainer(ctx, pod, st, podIP, gracePeriod(pod, nil), "FailedPostStartHook"); kerr != nil {
 		klog.FromContext(ctx).Error(kerr, "Killing container after its postStart hook failed", "pod", klog.KObj(pod), "container", c.Name)
 	}
-	return fmt.Errorf("postStart hook of container %s: %w", c.Name, err)
+	return fmt.Errorf("postStart hook of container %s: %s: %w", c.Name, msg, err)
 }

@@ -287,7 +287,7 @@ func TestPostStartFailureKillsContainer(t *testing.T) {
 		t.Errorf("stops = %v, want the container stopped", rt.stops)
 	}
 	events := drain(rec)
-	if len(events) != 2 || events[0] != "Warning FailedPostStartHook Exec lifecycle hook ([init]) failed" || events[1] != "Normal Killing FailedPostStartHook" {
+	if len(events) != 2 || events[0] != "Warning FailedPostStartHook PostStartHook failed" || events[1] != "Normal Killing FailedPostStartHook" {
 		t.Errorf("events = %q", events)
 	}
 

@@ -393,7 +393,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		}
 		if pc := m.cfg.PodCgroups; pc != nil {
 			if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create the pod cgroup: %v", err)
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
 				return res, fmt.Errorf("creating pod cgroup: %w", err)
 			}
 		}

@@ -238,7 +238,7 @@ func (w *worker) probe(ctx context.Context, status v1.PodStatus) Result {
 		return Unknown // stopped (RemovePod, Run): not the container's fault
 	case err != nil:
 		logger.V(1).Info("Probe errored", "err", err)
-		w.m.event(w.pod, "Unhealthy", "%s probe errored: %v", w.key.probe, err)
+		w.m.event(w.pod, "Unhealthy", "%s probe errored and resulted in unknown state: %v", w.key.probe, err)
 		return Unknown
 	case res == Failure:
 		logger.V(1).Info("Probe failed", "output", output)

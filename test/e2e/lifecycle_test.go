@@ -325,7 +325,7 @@ func TestPodLifecycle(t *testing.T) {
 			PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "exit 3"}}},
 		}
 		l.create(ctx, t, p)
-		l.waitEvent(ctx, t, "badhook", "FailedPostStartHook", "Exec lifecycle hook")
+		l.waitEvent(ctx, t, "badhook", "FailedPostStartHook", "PostStartHook failed")
 		l.wait(ctx, t, "badhook", time.Minute, "killed and restarted", func(p *v1.Pod) bool {
 			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
 		})

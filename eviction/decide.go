@@ -298,7 +298,7 @@ func Admit(pod *v1.Pod, conditions []v1.NodeConditionType) AdmitResult {
 	}
 	return AdmitResult{
 		Reason:  Reason,
-		Message: fmt.Sprintf("The node had condition: %v.", names),
+		Message: fmt.Sprintf("The node had condition: %v. ", names), // upstream's, trailing space included
 	}
 }
 

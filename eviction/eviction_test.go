@@ -547,11 +547,11 @@ func TestAdmit(t *testing.T) {
 		msg   string
 	}{
 		{"no pressure", be, nil, true, ""},
-		{"memory pressure refuses best effort", be, mem, false, "The node had condition: [MemoryPressure]."},
+		{"memory pressure refuses best effort", be, mem, false, "The node had condition: [MemoryPressure]. "},
 		{"memory pressure admits burstable", burst, mem, true, ""},
 		{"memory pressure admits tolerating best effort", tolerating, mem, true, ""},
-		{"disk pressure refuses all", burst, disk, false, "The node had condition: [DiskPressure]."},
-		{"memory and pid refuse burstable", burst, []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodePIDPressure}, false, "The node had condition: [MemoryPressure PIDPressure]."},
+		{"disk pressure refuses all", burst, disk, false, "The node had condition: [DiskPressure]. "},
+		{"memory and pid refuse burstable", burst, []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodePIDPressure}, false, "The node had condition: [MemoryPressure PIDPressure]. "},
 		{"critical always admitted", crit, disk, true, ""},
 	}
 	for _, tc := range tests {

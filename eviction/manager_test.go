@@ -215,7 +215,7 @@ func TestManagerDiskReclaimFirst(t *testing.T) {
 			if !m.HasCondition(v1.NodeDiskPressure) {
 				t.Error("DiskPressure not reported")
 			}
-			if r := m.Admit(newPod("new", memReq("1Mi"))); r.Admit || r.Message != "The node had condition: [DiskPressure]." {
+			if r := m.Admit(newPod("new", memReq("1Mi"))); r.Admit || r.Message != "The node had condition: [DiskPressure]. " {
 				t.Errorf("admission under disk pressure: %+v", r)
 			}
 		})

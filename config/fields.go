@@ -53,7 +53,6 @@ func FieldRules() []FieldRule {
 	}
 	const deprecated = "deprecated upstream: no longer has any effect"
 	const (
-		noCPUManager      = "nodelet has no CPU manager: only cpuManagerPolicy none is supported"
 		noMemoryManager   = "nodelet has no memory manager: only memoryManagerPolicy None is supported"
 		noTopologyManager = "nodelet has no topology manager: only topologyManagerPolicy none (scope container) is supported"
 	)
@@ -105,10 +104,10 @@ func FieldRules() []FieldRule {
 		w("cgroupRoot", "agent.TestCheckCgroupRoot"),
 		w("cgroupsPerQOS", "cgroups.TestEnsureQOSCgroups"),
 		w("cgroupDriver", "agent.TestRuntimeCgroupDriver"),
-		r("cpuManagerPolicy", noCPUManager),
+		w("cpuManagerPolicy", "cpumanager.TestNewFromConfig"),
 		w("singleProcessOOMKill", "cgroups.TestContainerSwapBehaviorSingleProcessOOMKill"),
-		r("cpuManagerPolicyOptions", noCPUManager),
-		r("cpuManagerReconcilePeriod", noCPUManager),
+		w("cpuManagerPolicyOptions", "cpumanager.TestNewFromConfig"),
+		w("cpuManagerReconcilePeriod", "cpumanager.TestNewFromConfig"),
 		r("memoryManagerPolicy", noMemoryManager),
 		r("topologyManagerPolicy", noTopologyManager),
 		r("topologyManagerScope", noTopologyManager),

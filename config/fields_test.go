@@ -194,7 +194,12 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.StreamingConnectionIdleTimeout = metav1.Duration{Duration: time.Hour}
 			kc.IPTablesDropBit = ptr.To[int32](16)
 		}},
-		{name: "static CPU manager", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.CPUManagerPolicy = "static" }, want: []string{"cpuManagerPolicy"}},
+		{name: "static CPU manager with options is built", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.CPUManagerPolicy = "static"
+			kc.CPUManagerPolicyOptions = map[string]string{"full-pcpus-only": "true"}
+			kc.CPUManagerReconcilePeriod = metav1.Duration{Duration: time.Second}
+		}},
+		{name: "static memory manager", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.MemoryManagerPolicy = "Static" }, want: []string{"memoryManagerPolicy"}},
 		{name: "two refused fields", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.VolumePluginDir = "/opt/flex"
 			kc.KernelMemcgNotification = true
@@ -245,9 +250,9 @@ func TestRefuseUnbuilt(t *testing.T) {
 // TestLoadRefusesUnbuiltField: Load itself refuses, naming the field and the
 // reason.
 func TestLoadRefusesUnbuiltField(t *testing.T) {
-	p := writeFile(t, t.TempDir(), "config.yaml", header+"cpuManagerPolicy: static\n")
+	p := writeFile(t, t.TempDir(), "config.yaml", header+"memoryManagerPolicy: Static\n")
 	_, err := Load([]string{"--config", p})
-	if err == nil || !strings.Contains(err.Error(), `cpuManagerPolicy: is set to "static", which nodelet does not support: nodelet has no CPU manager`) {
-		t.Errorf("got %v, want the cpuManagerPolicy refusal", err)
+	if err == nil || !strings.Contains(err.Error(), `memoryManagerPolicy: is set to "Static", which nodelet does not support: nodelet has no memory manager`) {
+		t.Errorf("got %v, want the memoryManagerPolicy refusal", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/pullrecords"
 )
@@ -385,6 +386,13 @@ func (v *validator) enums(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 		v.add(name, "unsupported value %q (valid: %s)", val, strings.Join(valid, ", "))
 	}
 	oneOf("cgroupDriver", kc.CgroupDriver, false, "cgroupfs", "systemd")
+	oneOf("cpuManagerPolicy", kc.CPUManagerPolicy, true, cpumanager.PolicyNone, cpumanager.PolicyStatic)
+	if _, err := cpumanager.ParseOptions(orNone(kc.CPUManagerPolicy), kc.CPUManagerPolicyOptions); err != nil {
+		v.add("cpuManagerPolicyOptions", "%v", err)
+	}
+	if kc.CPUManagerReconcilePeriod.Duration < 0 {
+		v.add("cpuManagerReconcilePeriod", "must not be negative (got %s)", kc.CPUManagerReconcilePeriod.Duration)
+	}
 	oneOf("hairpinMode", kc.HairpinMode, true, kubeletconfigv1beta1.PromiscuousBridge, kubeletconfigv1beta1.HairpinVeth, kubeletconfigv1beta1.HairpinNone)
 	oneOf("memorySwap.swapBehavior", kc.MemorySwap.SwapBehavior, true, "NoSwap", "LimitedSwap")
 	oneOf("topologyManagerPolicy", kc.TopologyManagerPolicy, true,
@@ -412,6 +420,14 @@ func (v *validator) enums(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	if kc.Authentication.Webhook.Enabled != nil && *kc.Authentication.Webhook.Enabled && kc.Authentication.Webhook.CacheTTL.Duration < 0 {
 		v.add("authentication.webhook.cacheTTL", "must not be negative (got %s)", kc.Authentication.Webhook.CacheTTL.Duration)
 	}
+}
+
+// orNone is the CPU manager policy with unset meaning none, as defaulting does.
+func orNone(policy string) string {
+	if policy == "" {
+		return cpumanager.PolicyNone
+	}
+	return policy
 }
 
 func (v *validator) tls(kc *kubeletconfigv1beta1.KubeletConfiguration) {

@@ -149,6 +149,14 @@ func TestValidate(t *testing.T) {
 		{"container log max size negative turns rotation off", func(c *kc) { c.ContainerLogMaxSize = "-1" }, ""},
 		{"container log monitor interval", func(c *kc) { c.ContainerLogMonitorInterval = &metav1.Duration{Duration: time.Second} }, "containerLogMonitorInterval: must be at least 3s"},
 		{"reserved cpus", func(c *kc) { c.ReservedSystemCPUs = "0-x" }, "reservedSystemCPUs: is not a valid cpu list"},
+		{"cpu manager policy", func(c *kc) { c.CPUManagerPolicy = "bogus" }, `cpuManagerPolicy: unsupported value "bogus"`},
+		{"cpu manager static", func(c *kc) { c.CPUManagerPolicy = "static"; c.ReservedSystemCPUs = "0" }, ""},
+		{"cpu manager option unknown", func(c *kc) {
+			c.CPUManagerPolicy = "static"
+			c.CPUManagerPolicyOptions = map[string]string{"align-by-socket": "true"}
+		}, `cpuManagerPolicyOptions: unsupported cpu manager policy option "align-by-socket"`},
+		{"cpu manager options need static", func(c *kc) { c.CPUManagerPolicyOptions = map[string]string{"full-pcpus-only": "true"} }, "cpuManagerPolicyOptions: cpu manager policy options are only supported with"},
+		{"cpu manager reconcile period", func(c *kc) { c.CPUManagerReconcilePeriod = metav1.Duration{Duration: -time.Second} }, "cpuManagerReconcilePeriod: must not be negative"},
 		{"system reserved quantity", func(c *kc) { c.SystemReserved = map[string]string{"memory": "much"} }, "systemReserved[memory]:"},
 		{"system cgroups need cgroup root", func(c *kc) { c.SystemCgroups = "/system" }, "systemCgroups: requires cgroupRoot"},
 		{"runOnce", func(c *kc) { c.RunOnce = true }, "runOnce: is not supported"},

@@ -431,6 +431,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if classes != nil {
 		runtimeClassLookup = classes
 	}
+	// Exclusive CPUs (cpuManagerPolicy static) are decided at admission and
+	// given at container creation; a checkpoint of another policy stops the start.
+	cpus, err := newCPUManager(kc, opts.RootDir, rt, queries.activePods, clk)
+	if err != nil {
+		return nil, err
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RuntimeClasses:        runtimeClassLookup,
 		RootDir:               opts.RootDir,
@@ -457,6 +463,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		UserNamespaces:      usernsMgr,
 		Actuated:            actuated,
 		PodResize:           podResize,
+		CPUs:                cpus,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -474,7 +481,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
 		// Upstream's order: the eviction manager's handler first, node shutdown's last.
-		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
+		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit, cpuAdmitter{cpus}.admit},
 		AdmittersAfter:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
 		Sysctls:         sysctls,
 		Objects:         objects,
@@ -603,6 +610,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if qos != nil {
 		add(&workers, "QoS cgroups", func(ctx context.Context) { qos.run(ctx, clk) })
 	}
+	add(&workers, "CPU manager", func(ctx context.Context) { runCPUManager(ctx, cpus, loop.Synced(), clk) })
 	// A checkpoint write that failed (a full root dir) is retried until it lands.
 	add(&workers, "allocated resources checkpoint", func(ctx context.Context) {
 		allocated.RunFlusher(ctx, clk, checkpointRetryPeriod)

@@ -341,6 +341,11 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 	for _, w := range warnings {
 		klog.V(2).InfoS("Container resources", "pod", klog.KObj(pod), "container", c.Name, "warning", w)
 	}
+	if m.cfg.CPUs != nil {
+		// Upstream sets the cpuset at creation too, so a pinned container
+		// never runs a moment on the shared pool.
+		res.CpusetCpus = m.cfg.CPUs.CPUSetFor(pod.UID, c.Name)
+	}
 	sc, err := containerSecurityContext(pod, c, m.securityOptions(), img)
 	if err != nil {
 		return nil, err

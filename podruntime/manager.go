@@ -140,6 +140,18 @@ type Config struct {
 	Actuated Actuated
 	// PodResize, when set, resizes pod cgroups in place (with PodCgroups).
 	PodResize PodCgroupResizer
+	// CPUs, when set, gives each new container its cpuset (the CPU manager)
+	// and is told when a pod is removed.
+	CPUs CPUAffinity
+}
+
+// CPUAffinity is the CPU manager as container creation needs it.
+type CPUAffinity interface {
+	// CPUSetFor is the cpuset the container is created with; "" leaves it
+	// to the runtime.
+	CPUSetFor(podUID types.UID, container string) string
+	// RemovePod releases a removed pod's exclusive CPUs.
+	RemovePod(ctx context.Context, podUID types.UID)
 }
 
 // RuntimeClasses resolves a RuntimeClass name to its CRI runtime handler.
@@ -684,6 +696,9 @@ func firstIP(ips []string) string {
 // RemovePod removes every container and sandbox of a pod that is gone for good,
 // plus its log directory and pod directory (after volumes were torn down).
 func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error {
+	if m.cfg.CPUs != nil {
+		m.cfg.CPUs.RemovePod(ctx, uid)
+	}
 	var errs []error
 	for _, c := range st.Containers {
 		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {

@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/cpumanager"
+	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/syncloop"
+)
+
+// cpuManagerStartWait bounds how long the CPU manager's reconcile waits for
+// the pod sources: before they synced, a restored pod looks inactive and
+// would lose its CPUs.
+const cpuManagerStartWait = time.Minute
+
+// cpuRuntime is the CRI the CPU manager reads and updates containers with.
+type cpuRuntime interface {
+	cpumanager.Runtime
+	cpumanager.ContainerLister
+}
+
+// newCPUManager builds the CPU manager from cpuManagerPolicy and its
+// options, on the host's topology ("/").
+func newCPUManager(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string, rt cpuRuntime, active func() []*v1.Pod, clk clock.WithTicker) (*cpumanager.Manager, error) {
+	m, err := cpumanager.NewFromConfig(kc, rootDir, "/", rt, cpumanager.RunningFromCRI(rt, cri.LabelPodUID, cri.LabelContainerName), active, clk)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the CPU manager (cpuManagerPolicy %q): %w", kc.CPUManagerPolicy, err)
+	}
+	return m, nil
+}
+
+// cpuAdmitter refuses pods the CPU manager cannot give exclusive CPUs.
+type cpuAdmitter struct{ m *cpumanager.Manager }
+
+func (a cpuAdmitter) admit(pod *v1.Pod) *syncloop.Rejection {
+	if reason, message, ok := a.m.Admit(pod); !ok {
+		return &syncloop.Rejection{Reason: reason, Message: message}
+	}
+	return nil
+}
+
+// runCPUManager reconciles once the pod sources synced (or after
+// cpuManagerStartWait).
+func runCPUManager(ctx context.Context, m *cpumanager.Manager, synced <-chan struct{}, clk clock.Clock) {
+	runAfterSynced(ctx, synced, clk.After(cpuManagerStartWait), m.Run)
+}

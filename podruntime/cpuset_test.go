@@ -1,0 +1,50 @@
+package podruntime
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeCPUs pins container "pinned" to CPU 1 and the rest to the pool 0.
+type fakeCPUs struct{ removed []types.UID }
+
+func (f *fakeCPUs) CPUSetFor(_ types.UID, container string) string {
+	if container == "pinned" {
+		return "1"
+	}
+	return "0"
+}
+
+func (f *fakeCPUs) RemovePod(_ context.Context, uid types.UID) { f.removed = append(f.removed, uid) }
+
+// The CPU manager's cpuset reaches CreateContainer (linux cpuset_cpus), and
+// a removed pod's CPUs are released.
+func TestContainerCPUSetFromCPUManager(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	cpus := &fakeCPUs{}
+	m, _ := r.managerWithConfig(Config{CPUs: cpus})
+	pod := syncPod("pinned", v1.RestartPolicyAlways, nil, "pinned", "shared")
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"pinned": "1", "shared": "0"} {
+		id := r.containerID(pod, name, runtimeapi.ContainerState_CONTAINER_RUNNING)
+		if got := r.fake.ContainerConfig(id).GetLinux().GetResources().GetCpusetCpus(); got != want {
+			t.Errorf("container %s created with cpuset %q, want %q", name, got, want)
+		}
+	}
+	if err := m.KillPod(ctx, pod, r.status(pod), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemovePod(ctx, pod.UID, r.status(pod), ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus.removed) != 1 || cpus.removed[0] != pod.UID {
+		t.Errorf("released %v, want the pod", cpus.removed)
+	}
+}

@@ -150,6 +150,11 @@ func TestStaticPolicyAllocate(t *testing.T) {
 			{pod: guaranteed("b", "c", "2"), container: "c", want: "1,5"},
 			{pod: guaranteed("c", "c", "1"), container: "c", want: "4"},
 		}},
+		{name: "2 sockets: whole cores come from the fuller socket first", root: fixtureTwoSockets, reserved: "2", steps: []step{
+			{pod: guaranteed("a", "c", "2"), container: "c", want: "3,7"},
+			{pod: guaranteed("b", "c", "1"), container: "c", want: "6"},
+			{pod: guaranteed("c", "c", "2"), container: "c", want: "0,4"},
+		}},
 		{name: "full-pcpus-only refuses odd requests and half-free cores", root: fixtureTwoNUMASMT, reserved: "0", opts: Options{FullPCPUsOnly: true}, steps: []step{
 			{pod: guaranteed("odd", "c", "3"), container: "c", wantErr: "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2"},
 			{pod: guaranteed("a", "c", "2"), container: "c", want: "1,9"},

@@ -56,9 +56,27 @@ func (a *accumulator) take(s cpuset.CPUSet) {
 	a.left -= s.Size()
 }
 
-// takeWhole takes units (by key) whose every CPU is free while they fit.
+// takeWhole takes units (by key) whose every CPU is free while they fit,
+// those in the sockets and NUMA nodes with the fewest free CPUs first.
 func (a *accumulator) takeWhole(key func(CPUInfo) int) {
-	for _, id := range a.t.ids(a.avail, key) {
+	ids := a.t.ids(a.avail, key)
+	freeAround := func(id int) (socketFree, numaFree int) {
+		info := a.t.CPUDetails[a.t.cpusOf(key, id).List()[0]]
+		return a.t.cpusOf(socketOf, info.SocketID).Intersection(a.avail).Size(),
+			a.t.cpusOf(numaOf, info.NUMANodeID).Intersection(a.avail).Size()
+	}
+	slices.SortStableFunc(ids, func(x, y int) int {
+		sx, nx := freeAround(x)
+		sy, ny := freeAround(y)
+		if sx != sy {
+			return sx - sy
+		}
+		if nx != ny {
+			return nx - ny
+		}
+		return x - y
+	})
+	for _, id := range ids {
 		unit := a.t.cpusOf(key, id)
 		if a.left == 0 {
 			return

@@ -93,17 +93,22 @@ func (m *Manager) Admit(pod *v1.Pod) (reason, message string, ok bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.state
+	s, changed := m.state, false
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			next, _, err := m.cfg.Static.Allocate(s, pod, &list[i])
+			_, had := s.Lookup(string(pod.UID), list[i].Name)
+			next, set, err := m.cfg.Static.Allocate(s, pod, &list[i])
 			if err != nil {
 				reason, message = AdmissionFailure(fmt.Errorf("allocating CPUs for container %s: %w", list[i].Name, err))
 				klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "reason", reason, "message", message)
 				return reason, message, false
 			}
 			s = next
+			changed = changed || (!had && !set.IsEmpty())
 		}
+	}
+	if !changed {
+		return "", "", true // nothing to checkpoint: a shared-pool pod
 	}
 	if err := m.commit(s); err != nil {
 		reason, message = AdmissionFailure(err)

@@ -261,3 +261,27 @@ func (f listerFunc) ListContainers(_ context.Context, filter *runtimeapi.Contain
 	}
 	return f(), nil
 }
+
+// A pod on the shared pool changes nothing, so nothing is written.
+func TestManagerAdmitSharedPoolWritesNothing(t *testing.T) {
+	var running []RunningContainer
+	var active []*v1.Pod
+	root := t.TempDir()
+	m, _ := twoCPUManager(t, root, &running, &active)
+	path := filepath.Join(root, CheckpointFile)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := m.Admit(withUID(pod(nil, container("app", "", "")), "be")); !ok {
+		t.Fatal("refused")
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a BestEffort admission wrote the checkpoint (%v)", err)
+	}
+	if _, _, ok := m.Admit(guaranteed("g", "app", "1")); !ok {
+		t.Fatal("refused")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("an exclusive assignment was not checkpointed: %v", err)
+	}
+}

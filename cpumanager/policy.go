@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/cgroups"
 )
 
 // Policy names, as the kubelet configuration spells them.
@@ -226,7 +228,7 @@ func (p *StaticPolicy) Available(s State) cpuset.CPUSet {
 // GuaranteedCPUs is the number of exclusive CPUs a container gets: its CPU
 // request when the pod is Guaranteed and the request is whole CPUs, else 0.
 func GuaranteedCPUs(pod *v1.Pod, c *v1.Container) int {
-	if podQOS(pod) != v1.PodQOSGuaranteed {
+	if cgroups.QOSClass(pod) != v1.PodQOSGuaranteed {
 		return 0
 	}
 	req := c.Resources.Requests[v1.ResourceCPU]
@@ -234,36 +236,6 @@ func GuaranteedCPUs(pod *v1.Pod, c *v1.Container) int {
 		return 0
 	}
 	return int(req.Value())
-}
-
-// podQOS is the pod's QoS class from its status when set (the API server
-// computes it), else computed from the containers the way upstream does for
-// the cases that matter here.
-func podQOS(pod *v1.Pod) v1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	all := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	guaranteed, any := true, false
-	for _, c := range all {
-		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			if hasReq || hasLim {
-				any = true
-			}
-			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !any:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	}
-	return v1.PodQOSBurstable
 }
 
 // isInitContainer says whether name is a non-restartable init container:

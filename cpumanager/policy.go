@@ -227,8 +227,13 @@ func (p *StaticPolicy) Available(s State) cpuset.CPUSet {
 
 // GuaranteedCPUs is the number of exclusive CPUs a container gets: its CPU
 // request when the pod is Guaranteed and the request is whole CPUs, else 0.
+// A pod with pod-level resources stays on the shared pool, as upstream's
+// managers leave such pods alone.
 func GuaranteedCPUs(pod *v1.Pod, c *v1.Container) int {
 	if cgroups.QOSClass(pod) != v1.PodQOSGuaranteed {
+		return 0
+	}
+	if r := pod.Spec.Resources; r != nil && (len(r.Requests) > 0 || len(r.Limits) > 0) {
 		return 0
 	}
 	req := c.Resources.Requests[v1.ResourceCPU]

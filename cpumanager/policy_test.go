@@ -137,6 +137,13 @@ func TestStaticPolicyAllocate(t *testing.T) {
 			{pod: guaranteed("frac", "c", "500m"), container: "c", want: "", wantPool: "0-1"},
 			{pod: withUID(pod(nil, container("c", "1", "2")), "burst"), container: "c", want: "", wantPool: "0-1"},
 		}},
+		{name: "pod-level resources stay on the shared pool", root: fixtureOneSocketTwoCores, reserved: "0", steps: []step{
+			{pod: func() *v1.Pod {
+				p := guaranteed("plr", "c", "1")
+				p.Spec.Resources = &v1.ResourceRequirements{Requests: p.Spec.Containers[0].Resources.Requests, Limits: p.Spec.Containers[0].Resources.Limits}
+				return p
+			}(), container: "c", want: "", wantPool: "0-1"},
+		}},
 		{name: "SMT: whole cores before threads, partly used cores filled first", root: fixtureTwoNUMASMT, reserved: "0,8", steps: []step{
 			{pod: guaranteed("a", "c", "2"), container: "c", want: "1,9"},
 			{pod: guaranteed("b", "c", "3"), container: "c", want: "2-3,10"},

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,10 +40,21 @@ func newCPUManager(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string
 type cpuAdmitter struct{ m *cpumanager.Manager }
 
 func (a cpuAdmitter) admit(pod *v1.Pod) *syncloop.Rejection {
-	if reason, message, ok := a.m.Admit(pod); !ok {
-		return &syncloop.Rejection{Reason: reason, Message: message}
+	if err := a.m.Admit(pod); err != nil {
+		return allocationRejection(err)
 	}
 	return nil
+}
+
+// allocationRejection is the pod rejection for a resource manager's allocation
+// error, as upstream's resource admit handler gives it: the SMT alignment error
+// by its own type and message, any other as unexpected.
+func allocationRejection(err error) *syncloop.Rejection {
+	var smt cpumanager.SMTAlignmentError
+	if errors.As(err, &smt) {
+		return &syncloop.Rejection{Reason: "SMTAlignmentError", Message: smt.Error()}
+	}
+	return &syncloop.Rejection{Reason: "UnexpectedAdmissionError", Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
 }
 
 // runCPUManager reconciles once the pod sources synced (or after

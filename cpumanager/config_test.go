@@ -2,6 +2,7 @@ package cpumanager
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestNewFromConfig(t *testing.T) {
 				if got := m.CPUSetFor("g", "app"); got != "" {
 					t.Errorf("cpuset %q under none", got)
 				}
-				if _, _, ok := m.Admit(guaranteed("g", "app", "1")); !ok {
+				if err := m.Admit(guaranteed("g", "app", "1")); err != nil {
 					t.Error("none refused a pod")
 				}
 			}},
@@ -37,7 +38,7 @@ func TestNewFromConfig(t *testing.T) {
 			if m.cfg.ReconcilePeriod != 5*time.Second {
 				t.Errorf("reconcile period %v", m.cfg.ReconcilePeriod)
 			}
-			if _, _, ok := m.Admit(guaranteed("g", "app", "1")); !ok || m.CPUSetFor("g", "app") != "1" || m.CPUSetFor("be", "app") != "0" {
+			if err := m.Admit(guaranteed("g", "app", "1")); err != nil || m.CPUSetFor("g", "app") != "1" || m.CPUSetFor("be", "app") != "0" {
 				t.Errorf("Guaranteed %q, shared %q; want 1 and 0", m.CPUSetFor("g", "app"), m.CPUSetFor("be", "app"))
 			}
 		}},
@@ -51,8 +52,9 @@ func TestNewFromConfig(t *testing.T) {
 		{name: "static with full-pcpus-only", root: fixtureTwoNUMASMT, kc: kubeletconfigv1beta1.KubeletConfiguration{
 			CPUManagerPolicy: "static", ReservedSystemCPUs: "0,8", CPUManagerPolicyOptions: map[string]string{"full-pcpus-only": "true"},
 		}, check: func(t *testing.T, m *Manager) {
-			if reason, _, ok := m.Admit(guaranteed("g", "app", "1")); ok || reason != "SMTAlignmentError" {
-				t.Errorf("got %v %q", ok, reason)
+			var smt SMTAlignmentError
+			if err := m.Admit(guaranteed("g", "app", "1")); !errors.As(err, &smt) {
+				t.Errorf("got %v, want an SMTAlignmentError", err)
 			}
 		}},
 		{name: "static without a reservation", root: fixtureOneSocketTwoCores, kc: kubeletconfigv1beta1.KubeletConfiguration{CPUManagerPolicy: "static"},

@@ -86,10 +86,11 @@ func (m *Manager) checkpointPath() string { return filepath.Join(m.cfg.RootDir, 
 
 // Admit allocates exclusive CPUs for every container of a pod, init
 // containers first (so app containers can reuse theirs). On a failure the
-// pod's new assignments are undone and the reason is upstream's.
-func (m *Manager) Admit(pod *v1.Pod) (reason, message string, ok bool) {
+// pod's new assignments are undone and the error says why (an SMTAlignmentError
+// when full-pcpus-only refuses the request).
+func (m *Manager) Admit(pod *v1.Pod) error {
 	if m.cfg.Static == nil {
-		return "", "", true
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -99,22 +100,18 @@ func (m *Manager) Admit(pod *v1.Pod) (reason, message string, ok bool) {
 			_, had := s.Lookup(string(pod.UID), list[i].Name)
 			next, set, err := m.cfg.Static.Allocate(s, pod, &list[i])
 			if err != nil {
-				reason, message = AdmissionFailure(fmt.Errorf("allocating CPUs for container %s: %w", list[i].Name, err))
-				klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "reason", reason, "message", message)
-				return reason, message, false
+				err = fmt.Errorf("allocating CPUs for container %s: %w", list[i].Name, err)
+				klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "err", err)
+				return err
 			}
 			s = next
 			changed = changed || (!had && !set.IsEmpty())
 		}
 	}
 	if !changed {
-		return "", "", true // nothing to checkpoint: a shared-pool pod
+		return nil // nothing to checkpoint: a shared-pool pod
 	}
-	if err := m.commit(s); err != nil {
-		reason, message = AdmissionFailure(err)
-		return reason, message, false
-	}
-	return "", "", true
+	return m.commit(s)
 }
 
 // commit checkpoints s and makes it current; a state that cannot be

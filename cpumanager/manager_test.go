@@ -2,6 +2,7 @@ package cpumanager
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +66,7 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 	m, rt := twoCPUManager(t, root, &running, &active)
 
 	// BestEffort first: created on the whole pool.
-	if _, _, ok := m.Admit(be); !ok {
+	if err := m.Admit(be); err != nil {
 		t.Fatal("BestEffort refused")
 	}
 	if got := m.CPUSetFor(be.UID, "app"); got != "0-1" {
@@ -75,7 +76,7 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 	m.Reconcile(ctx)
 	rt.take()
 
-	if _, _, ok := m.Admit(g); !ok {
+	if err := m.Admit(g); err != nil {
 		t.Fatal("Guaranteed refused")
 	}
 	if got := m.CPUSetFor(g.UID, "app"); got != "1" {
@@ -96,9 +97,8 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 		t.Errorf("nothing changed, yet updates %v", got)
 	}
 	// No CPU left: upstream's reason.
-	reason, msg, ok := m.Admit(guaranteed("g2", "app", "1"))
-	if ok || reason != "UnexpectedAdmissionError" || !strings.Contains(msg, "not enough cpus available to satisfy request") {
-		t.Errorf("got %v %q %q", ok, reason, msg)
+	if err := m.Admit(guaranteed("g2", "app", "1")); err == nil || !strings.Contains(err.Error(), "not enough cpus available to satisfy request") {
+		t.Errorf("got %v, want not enough cpus", err)
 	}
 
 	// A restart restores the assignment from the checkpoint.
@@ -128,7 +128,7 @@ func TestManagerRemovePod(t *testing.T) {
 	var active []*v1.Pod
 	m, _ := twoCPUManager(t, t.TempDir(), &running, &active)
 	g := guaranteed("g", "app", "1")
-	if _, _, ok := m.Admit(g); !ok {
+	if err := m.Admit(g); err != nil {
 		t.Fatal("refused")
 	}
 	m.RemovePod(context.Background(), g.UID)
@@ -148,9 +148,9 @@ func TestManagerAdmitSMTAlignment(t *testing.T) {
 	}
 	// The first container fits, the second does not: nothing is kept.
 	odd := withUID(pod(nil, container("a", "2", "2"), container("b", "3", "3")), "odd")
-	reason, msg, ok := m.Admit(odd)
-	if ok || reason != "SMTAlignmentError" || !strings.Contains(msg, "not multiple cpus per core") {
-		t.Errorf("got %v %q %q", ok, reason, msg)
+	var smt SMTAlignmentError
+	if err := m.Admit(odd); !errors.As(err, &smt) || !strings.Contains(smt.Error(), "not multiple cpus per core") {
+		t.Errorf("got %v, want an SMTAlignmentError", err)
 	}
 	if got := m.ExclusiveCPUs("odd", "a"); !got.IsEmpty() {
 		t.Errorf("a refused pod kept %q", got)
@@ -272,13 +272,13 @@ func TestManagerAdmitSharedPoolWritesNothing(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := m.Admit(withUID(pod(nil, container("app", "", "")), "be")); !ok {
+	if err := m.Admit(withUID(pod(nil, container("app", "", "")), "be")); err != nil {
 		t.Fatal("refused")
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("a BestEffort admission wrote the checkpoint (%v)", err)
 	}
-	if _, _, ok := m.Admit(guaranteed("g", "app", "1")); !ok {
+	if err := m.Admit(guaranteed("g", "app", "1")); err != nil {
 		t.Fatal("refused")
 	}
 	if _, err := os.Stat(path); err != nil {

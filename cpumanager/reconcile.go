@@ -1,8 +1,6 @@
 package cpumanager
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 
 	"k8s.io/utils/cpuset"
@@ -55,15 +53,4 @@ func decideStale(s State, active map[string]bool, seenBefore map[string]bool) (r
 	}
 	slices.Sort(release)
 	return release, seenNow
-}
-
-// AdmissionFailure is the pod rejection for an allocation error, as
-// upstream's resource admit handler gives it: an error with a Type (the SMT
-// alignment error) names the reason; any other is UnexpectedAdmissionError.
-func AdmissionFailure(err error) (reason, message string) {
-	var typed interface{ Type() string }
-	if errors.As(err, &typed) {
-		return typed.Type(), err.Error()
-	}
-	return "UnexpectedAdmissionError", fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)
 }

@@ -1,0 +1,85 @@
+package devicemanager
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+
+	"k8s.io/utils/dump"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
+)
+
+// CheckpointName is the checkpoint's file name in the device plugin
+// directory, upstream's, so plugins' cleanup of that directory spares it.
+const CheckpointName = "kubelet_internal_checkpoint"
+
+// podDeviceEntry is one container's devices of one resource, with the
+// plugin's Allocate answer (protobuf) so the container can be created again
+// after a restart without asking the plugin.
+type podDeviceEntry struct {
+	PodUID        string
+	ContainerName string
+	ResourceName  string
+	DeviceIDs     []string
+	AllocResp     []byte
+}
+
+type checkpointData struct {
+	PodDeviceEntries  []podDeviceEntry
+	RegisteredDevices map[string][]string
+}
+
+// checkpointFile is the envelope: Checksum covers Data's JSON.
+type checkpointFile struct {
+	Data     json.RawMessage
+	Checksum uint64
+}
+
+// checksum is FNV-32a over the data as upstream's checkpoints hash it.
+func checksum(data []byte) uint64 {
+	h := fnv.New32a()
+	_, _ = fmt.Fprintf(h, "%v", dump.ForHash(string(data)))
+	return uint64(h.Sum32())
+}
+
+func writeCheckpoint(path string, d checkpointData) error {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("serializing the device checkpoint: %w", err)
+	}
+	blob, err := json.Marshal(checkpointFile{Data: data, Checksum: checksum(data)})
+	if err != nil {
+		return fmt.Errorf("serializing the device checkpoint: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, blob, 0o600); err != nil {
+		return fmt.Errorf("writing the device checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// readCheckpoint returns an empty checkpoint when the file does not exist.
+func readCheckpoint(path string) (checkpointData, error) {
+	blob, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return checkpointData{}, nil
+	}
+	if err != nil {
+		return checkpointData{}, fmt.Errorf("reading the device checkpoint: %w", err)
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(blob, &f); err != nil {
+		return checkpointData{}, fmt.Errorf("decoding the device checkpoint %s: %w", path, err)
+	}
+	if got := checksum(f.Data); got != f.Checksum {
+		return checkpointData{}, fmt.Errorf("device checkpoint %s is corrupted: checksum %d, expected %d", path, got, f.Checksum)
+	}
+	var d checkpointData
+	if err := json.Unmarshal(f.Data, &d); err != nil {
+		return checkpointData{}, fmt.Errorf("decoding the device checkpoint %s: %w", path, err)
+	}
+	return d, nil
+}
+

@@ -1,0 +1,631 @@
+// Package devicemanager is the kubelet's device plugin manager: plugins
+// register on <root>/device-plugins/kubelet.sock (deviceplugin v1beta1), their
+// ListAndWatch streams become the node's extended resources, and admission
+// allocates devices to containers through the plugins' Allocate. The decision
+// of which devices a container gets is decide.go's pure functions; this file
+// executes it over gRPC and keeps the checkpoint.
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podutil"
+)
+
+const (
+	// SocketName is the registration socket in the device plugin directory.
+	SocketName = "kubelet.sock"
+	// DefaultStopGracePeriod is how long a resource whose plugin went away
+	// stays in capacity (at allocatable 0) before it is dropped, as upstream.
+	DefaultStopGracePeriod = 5 * time.Minute
+	preStartTimeout        = pluginapi.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
+)
+
+// Manager is the device plugin manager.
+type Manager struct {
+	dir   string
+	clock clock.Clock
+	grace time.Duration
+
+	// allocMu serializes allocations so each decision sees the previous ones.
+	allocMu sync.Mutex
+
+	mu        sync.Mutex
+	resources map[string]*resourceState
+	pods      map[types.UID]map[string]map[string]*assignment // pod → container → resource
+	closed    bool
+	wg        sync.WaitGroup // endpoint goroutines
+}
+
+type resourceState struct {
+	healthy, unhealthy []string
+	ep                 *endpoint // nil after a restart until the plugin registers again
+	// stoppedAt is when the resource's plugin went away; zero while one serves.
+	stoppedAt time.Time
+}
+
+type assignment struct {
+	ids  []string
+	resp *pluginapi.ContainerAllocateResponse
+}
+
+type endpoint struct {
+	resource string
+	opts     *pluginapi.DevicePluginOptions
+	client   pluginapi.DevicePluginClient
+	cancel   context.CancelFunc
+}
+
+// New loads the checkpoint in dir (<root>/device-plugins). Resources it
+// names start with no devices and a plugin just gone, so their pods keep their
+// devices and the plugins have the grace period to register again.
+func New(dir string, clk clock.Clock) (*Manager, error) {
+	m := &Manager{
+		dir: dir, clock: clk, grace: DefaultStopGracePeriod,
+		resources: map[string]*resourceState{},
+		pods:      map[types.UID]map[string]map[string]*assignment{},
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating the device plugin directory: %w", err)
+	}
+	cp, err := readCheckpoint(m.checkpointPath())
+	if err != nil {
+		// A corrupt checkpoint loses assignments, not the node: running
+		// containers keep their devices, new ones may get them too.
+		klog.ErrorS(err, "Ignoring the device checkpoint")
+		cp = checkpointData{}
+	}
+	now := clk.Now()
+	for res := range cp.RegisteredDevices {
+		m.resources[res] = &resourceState{stoppedAt: now}
+	}
+	for _, e := range cp.PodDeviceEntries {
+		resp := &pluginapi.ContainerAllocateResponse{}
+		if err := proto.Unmarshal(e.AllocResp, resp); err != nil {
+			klog.ErrorS(err, "Dropping a device checkpoint entry whose Allocate answer does not decode", "podUID", e.PodUID, "container", e.ContainerName, "resource", e.ResourceName)
+			continue
+		}
+		m.assign(types.UID(e.PodUID), e.ContainerName, e.ResourceName, &assignment{ids: e.DeviceIDs, resp: resp})
+	}
+	return m, nil
+}
+
+func (m *Manager) checkpointPath() string { return filepath.Join(m.dir, CheckpointName) }
+
+// Run serves the registration socket until ctx is done, then stops every
+// plugin client and waits for them.
+func (m *Manager) Run(ctx context.Context) error {
+	sock := filepath.Join(m.dir, SocketName)
+	// Upstream empties the directory at start: plugins watch for kubelet.sock
+	// to be recreated and register again. Only sockets go; the checkpoint stays.
+	if err := removeSockets(m.dir); err != nil {
+		return fmt.Errorf("cleaning the device plugin directory: %w", err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listening on the device plugin registration socket: %w", err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, &registration{m: m, ctx: ctx})
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	klog.InfoS("Device plugin registration socket serving", "path", sock)
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	// No handler runs after GracefulStop, so no endpoint starts after closed is set.
+	srv.GracefulStop()
+	if err == nil {
+		<-serveErr
+	}
+	m.mu.Lock()
+	m.closed = true
+	for _, rs := range m.resources {
+		if rs.ep != nil {
+			rs.ep.cancel()
+		}
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("serving the device plugin registration socket: %w", err)
+	}
+	return nil
+}
+
+func removeSockets(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	m   *Manager
+	ctx context.Context // Run's: plugin clients live as long as the manager
+}
+
+// Register checks the request as upstream and starts a client for the plugin.
+func (r *registration) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	klog.InfoS("Got registration request from device plugin", "resource", req.ResourceName, "endpoint", req.Endpoint)
+	if err := r.m.validate(req); err != nil {
+		klog.ErrorS(err, "Refusing device plugin registration", "resource", req.ResourceName)
+		return &pluginapi.Empty{}, err
+	}
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if r.m.closed {
+		return &pluginapi.Empty{}, fmt.Errorf("device manager is stopping")
+	}
+	r.m.wg.Add(1)
+	go func() {
+		defer r.m.wg.Done()
+		r.m.runEndpoint(r.ctx, req)
+	}()
+	return &pluginapi.Empty{}, nil
+}
+
+func (m *Manager) validate(req *pluginapi.RegisterRequest) error {
+	supported := false
+	for _, v := range pluginapi.SupportedVersions {
+		if req.Version == v {
+			supported = true
+		}
+	}
+	if !supported {
+		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported versions are %q", req.Version, pluginapi.SupportedVersions[:])
+	}
+	if !isExtendedResourceName(req.ResourceName) {
+		return fmt.Errorf("invalid name of device plugin socket: %s", req.ResourceName)
+	}
+	// The endpoint is a socket directly in our directory: no path, no link.
+	if req.Endpoint == "" || req.Endpoint != filepath.Base(req.Endpoint) || req.Endpoint == "." || req.Endpoint == ".." || req.Endpoint == SocketName {
+		return fmt.Errorf("invalid device plugin endpoint %q: must be a socket name in %s", req.Endpoint, m.dir)
+	}
+	fi, err := os.Lstat(filepath.Join(m.dir, req.Endpoint))
+	if err != nil {
+		return fmt.Errorf("checking device plugin endpoint %q: %w", req.Endpoint, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("device plugin endpoint %q is not a socket", req.Endpoint)
+	}
+	return nil
+}
+
+// isExtendedResourceName: outside kubernetes.io/ and a valid qualified name,
+// as upstream's v1helper.IsExtendedResourceName.
+func isExtendedResourceName(name string) bool {
+	if !strings.Contains(name, "/") || strings.Contains(name, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(name, v1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+name)) == 0
+}
+
+// runEndpoint connects to the plugin and follows its ListAndWatch until the
+// stream ends or ctx is done; the plugin it replaces is stopped.
+func (m *Manager) runEndpoint(ctx context.Context, req *pluginapi.RegisterRequest) {
+	res := req.ResourceName
+	sock := filepath.Join(m.dir, req.Endpoint)
+	conn, err := grpc.NewClient("passthrough:///"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		klog.ErrorS(err, "Connecting to device plugin", "resource", res, "endpoint", sock)
+		return
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ep := &endpoint{resource: res, opts: req.Options, client: pluginapi.NewDevicePluginClient(conn), cancel: cancel}
+	if ep.opts == nil {
+		ep.opts = &pluginapi.DevicePluginOptions{}
+	}
+
+	m.mu.Lock()
+	rs := m.resources[res]
+	if rs == nil {
+		rs = &resourceState{}
+		m.resources[res] = rs
+	}
+	if old := rs.ep; old != nil {
+		old.cancel()
+	}
+	rs.ep = ep
+	m.mu.Unlock()
+
+	stream, err := ep.client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err == nil {
+		klog.InfoS("Device plugin registered", "resource", res, "endpoint", sock)
+		for {
+			var resp *pluginapi.ListAndWatchResponse
+			if resp, err = stream.Recv(); err != nil {
+				break
+			}
+			m.updateDevices(ep, resp.Devices)
+		}
+	}
+	if ctx.Err() == nil {
+		klog.ErrorS(err, "Device plugin's ListAndWatch ended", "resource", res, "endpoint", sock)
+	}
+	// A plugin gone leaves its devices in capacity but none allocatable
+	// until it comes back or the grace period ends (upstream's
+	// markResourceUnhealthy).
+	m.mu.Lock()
+	if rs.ep == ep {
+		rs.ep = nil
+		rs.stoppedAt = m.clock.Now()
+		rs.unhealthy = append(rs.unhealthy, rs.healthy...)
+		rs.healthy = nil
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) updateDevices(ep *endpoint, devs []*pluginapi.Device) {
+	var healthy, unhealthy []string
+	for _, d := range devs {
+		if d.Health == pluginapi.Healthy {
+			healthy = append(healthy, d.ID)
+		} else {
+			unhealthy = append(unhealthy, d.ID)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rs := m.resources[ep.resource]
+	if rs == nil || rs.ep != ep {
+		return
+	}
+	rs.healthy, rs.unhealthy, rs.stoppedAt = sorted(healthy), sorted(unhealthy), time.Time{}
+	klog.InfoS("Device plugin updated its devices", "resource", ep.resource, "healthy", len(healthy), "unhealthy", len(unhealthy))
+	m.storeLocked()
+}
+
+// Capacity is the device resources' capacity (healthy and unhealthy devices)
+// and allocatable (healthy ones), and the resources dropped since their
+// plugin went away longer than the grace period ago, which the node reports
+// at zero as upstream.
+func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, deleted []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
+	now := m.clock.Now()
+	for res, rs := range m.resources {
+		if rs.ep == nil && !rs.stoppedAt.IsZero() && now.Sub(rs.stoppedAt) > m.grace {
+			delete(m.resources, res)
+			deleted = append(deleted, res)
+			continue
+		}
+		capacity[v1.ResourceName(res)] = *resource.NewQuantity(int64(len(rs.healthy)+len(rs.unhealthy)), resource.DecimalSI)
+		allocatable[v1.ResourceName(res)] = *resource.NewQuantity(int64(len(rs.healthy)), resource.DecimalSI)
+	}
+	if len(deleted) > 0 {
+		sort.Strings(deleted)
+		m.storeLocked()
+	}
+	return capacity, allocatable, deleted
+}
+
+func (m *Manager) assign(uid types.UID, container, res string, a *assignment) {
+	if m.pods[uid] == nil {
+		m.pods[uid] = map[string]map[string]*assignment{}
+	}
+	if m.pods[uid][container] == nil {
+		m.pods[uid][container] = map[string]*assignment{}
+	}
+	m.pods[uid][container][res] = a
+}
+
+// storeLocked writes the checkpoint; a failure is logged, as the state in
+// memory stays right and the next change writes again.
+func (m *Manager) storeLocked() {
+	d := checkpointData{RegisteredDevices: map[string][]string{}}
+	for res, rs := range m.resources {
+		d.RegisteredDevices[res] = append([]string{}, rs.healthy...)
+	}
+	for uid, cs := range m.pods {
+		for c, rss := range cs {
+			for res, a := range rss {
+				blob, err := proto.Marshal(a.resp)
+				if err != nil {
+					klog.ErrorS(err, "Serializing a device assignment for the checkpoint", "podUID", uid, "container", c, "resource", res)
+					continue
+				}
+				d.PodDeviceEntries = append(d.PodDeviceEntries, podDeviceEntry{PodUID: string(uid), ContainerName: c, ResourceName: res, DeviceIDs: a.ids, AllocResp: blob})
+			}
+		}
+	}
+	sort.Slice(d.PodDeviceEntries, func(i, j int) bool {
+		a, b := d.PodDeviceEntries[i], d.PodDeviceEntries[j]
+		if a.PodUID != b.PodUID {
+			return a.PodUID < b.PodUID
+		}
+		if a.ContainerName != b.ContainerName {
+			return a.ContainerName < b.ContainerName
+		}
+		return a.ResourceName < b.ResourceName
+	})
+	if err := writeCheckpoint(m.checkpointPath(), d); err != nil {
+		klog.ErrorS(err, "Failed to write the device checkpoint")
+	}
+}
+
+// Allocate gives pod's containers their devices, init containers first, as
+// upstream's admission does; active are the other pods still holding
+// devices, the devices of any other pod are freed. The error's text is
+// upstream's, for the pod's admission message.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod) error {
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+	keep := map[types.UID]bool{pod.UID: true}
+	for _, p := range active {
+		keep[p.UID] = true
+	}
+	m.mu.Lock()
+	changed := false
+	for uid := range m.pods {
+		if !keep[uid] {
+			delete(m.pods, uid)
+			changed = true
+		}
+	}
+	if changed {
+		m.storeLocked()
+	}
+	m.mu.Unlock()
+
+	reusable := map[string][]string{}
+	for _, c := range podutil.AllContainers(pod) {
+		kind := AppContainer
+		for i := range pod.Spec.InitContainers {
+			if pod.Spec.InitContainers[i].Name == c.Name {
+				kind = InitContainer
+				if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
+					kind = SidecarContainer
+				}
+			}
+		}
+		names := make([]string, 0, len(c.Resources.Limits))
+		for name := range c.Resources.Limits {
+			names = append(names, string(name))
+		}
+		sort.Strings(names)
+		for _, res := range names {
+			q := c.Resources.Limits[v1.ResourceName(res)]
+			got, err := m.allocateContainer(ctx, pod.UID, c.Name, res, int(q.Value()), reusable[res])
+			if err != nil {
+				return err
+			}
+			if got != nil {
+				reusable[res] = NextReusable(reusable[res], got, kind)
+			}
+		}
+	}
+	return nil
+}
+
+// allocateContainer returns the devices the container holds for res; nil
+// when res is no device plugin resource.
+func (m *Manager) allocateContainer(ctx context.Context, uid types.UID, container, res string, count int, reusable []string) ([]string, error) {
+	m.mu.Lock()
+	rs := m.resources[res]
+	need := Need{Resource: res, Count: count, Registered: rs != nil, Reusable: reusable}
+	held := false
+	for _, cs := range m.pods {
+		for _, rss := range cs {
+			if a := rss[res]; a != nil {
+				held = true
+				need.InUse = append(need.InUse, a.ids...)
+			}
+		}
+	}
+	if rs == nil && !held {
+		m.mu.Unlock()
+		return nil, nil
+	}
+	if a := m.pods[uid][container][res]; a != nil {
+		need.Assigned = a.ids
+	}
+	var ep *endpoint
+	if rs != nil {
+		need.Healthy, ep = rs.healthy, rs.ep
+	}
+	m.mu.Unlock()
+
+	plan, err := Decide(need)
+	if err != nil {
+		return nil, err
+	}
+	if plan.Size == 0 {
+		return need.Assigned, nil
+	}
+	if ep == nil {
+		return nil, fmt.Errorf("endpoint for %s has been stopped", res)
+	}
+	var preferred []string
+	if plan.NeedsPreference() && ep.opts.GetPreferredAllocationAvailable {
+		resp, err := ep.client.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+			AvailableDeviceIDs:   append(append([]string{}, plan.Chosen...), plan.Available...),
+			MustIncludeDeviceIDs: plan.Chosen,
+			AllocationSize:       int32(plan.Size),
+		}}})
+		if err != nil {
+			return nil, fmt.Errorf("device plugin GetPreferredAllocation rpc failed with err: %w", err)
+		}
+		if rs := resp.GetContainerResponses(); len(rs) > 0 {
+			preferred = rs[0].DeviceIDs
+		}
+	}
+	ids := Complete(plan, preferred)
+	resp, err := ep.client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		return nil, fmt.Errorf("device plugin Allocate rpc failed with err: %w", err)
+	}
+	if len(resp.GetContainerResponses()) == 0 {
+		return nil, fmt.Errorf("no containers return in allocation response %v", resp)
+	}
+	m.mu.Lock()
+	m.assign(uid, container, res, &assignment{ids: ids, resp: resp.ContainerResponses[0]})
+	m.storeLocked()
+	m.mu.Unlock()
+	klog.InfoS("Allocated devices", "podUID", uid, "container", container, "resource", res, "devices", ids)
+	return ids, nil
+}
+
+// ApplyDevices puts the container's device allocations (env, mounts,
+// devices, annotations, CDI devices) into its CRI config, calling the
+// plugins' PreStartContainer first where they asked for it.
+func (m *Manager) ApplyDevices(ctx context.Context, pod *v1.Pod, container *v1.Container, cfg *runtimeapi.ContainerConfig) error {
+	type held struct {
+		res string
+		a   *assignment
+		ep  *endpoint
+	}
+	m.mu.Lock()
+	var hs []held
+	for res, a := range m.pods[pod.UID][container.Name] {
+		h := held{res: res, a: a}
+		if rs := m.resources[res]; rs != nil {
+			h.ep = rs.ep
+		}
+		hs = append(hs, h)
+	}
+	m.mu.Unlock()
+	if len(hs) == 0 {
+		return nil
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].res < hs[j].res })
+	for _, h := range hs {
+		// A plugin not back since a restart: its options are unknown, as upstream.
+		if h.ep == nil || !h.ep.opts.PreStartRequired {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, preStartTimeout)
+		_, err := h.ep.client.PreStartContainer(cctx, &pluginapi.PreStartContainerRequest{DevicesIds: h.a.ids})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("device plugin PreStartContainer rpc failed with err: %w", err)
+		}
+	}
+	var envs []*runtimeapi.KeyValue
+	var mounts []*runtimeapi.Mount
+	envAt := map[string]int{}
+	mountAt := map[string]bool{}
+	deviceAt := map[string]bool{}
+	cdiAt := map[string]bool{}
+	for _, d := range cfg.Devices {
+		deviceAt[d.ContainerPath] = true
+	}
+	for _, d := range cfg.CDIDevices {
+		cdiAt[d.Name] = true
+	}
+	for _, h := range hs {
+		r := h.a.resp
+		keys := make([]string, 0, len(r.Envs))
+		for k := range r.Envs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if i, ok := envAt[k]; ok {
+				envs[i].Value = []byte(r.Envs[k])
+				continue
+			}
+			envAt[k] = len(envs)
+			envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(r.Envs[k])})
+		}
+		for _, mnt := range r.Mounts {
+			if mountAt[mnt.ContainerPath] {
+				continue
+			}
+			mountAt[mnt.ContainerPath] = true
+			mounts = append(mounts, &runtimeapi.Mount{ContainerPath: mnt.ContainerPath, HostPath: mnt.HostPath, Readonly: mnt.ReadOnly})
+		}
+		for _, d := range r.Devices {
+			if deviceAt[d.ContainerPath] {
+				continue
+			}
+			deviceAt[d.ContainerPath] = true
+			cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
+		}
+		for k, v := range r.Annotations {
+			if cfg.Annotations == nil {
+				cfg.Annotations = map[string]string{}
+			}
+			if _, set := cfg.Annotations[k]; !set {
+				cfg.Annotations[k] = v
+			}
+		}
+		for _, d := range r.CdiDevices {
+			if cdiAt[d.Name] {
+				continue
+			}
+			cdiAt[d.Name] = true
+			cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: d.Name})
+		}
+	}
+	// Device env and mounts come before the container's own, which win, as
+	// upstream builds its run options.
+	cfg.Envs = append(envs, cfg.Envs...)
+	cfg.Mounts = append(mounts, cfg.Mounts...)
+	return nil
+}
+
+// ContainerDevices are the container's devices, for the pod resources API.
+func (m *Manager) ContainerDevices(uid types.UID, container string) []*podresourcesapi.ContainerDevices {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*podresourcesapi.ContainerDevices
+	for res, a := range m.pods[uid][container] {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: append([]string{}, a.ids...)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
+	return out
+}
+
+// AllocatableDevices are the healthy devices, for the pod resources API.
+func (m *Manager) AllocatableDevices() []*podresourcesapi.ContainerDevices {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*podresourcesapi.ContainerDevices
+	for res, rs := range m.resources {
+		if len(rs.healthy) > 0 {
+			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: append([]string{}, rs.healthy...)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
+	return out
+}

@@ -82,4 +82,3 @@ func readCheckpoint(path string) (checkpointData, error) {
 	}
 	return d, nil
 }
-

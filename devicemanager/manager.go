@@ -34,6 +34,8 @@ import (
 )
 
 const (
+	// DirName is the device plugin directory under the root directory.
+	DirName = "device-plugins"
 	// SocketName is the registration socket in the device plugin directory.
 	SocketName = "kubelet.sock"
 	// DefaultStopGracePeriod is how long a resource whose plugin went away
@@ -53,9 +55,12 @@ type Manager struct {
 
 	mu        sync.Mutex
 	resources map[string]*resourceState
-	pods      map[types.UID]map[string]map[string]*assignment // pod → container → resource
-	closed    bool
-	wg        sync.WaitGroup // endpoint goroutines
+	// gone are resources dropped after the grace period, reported at zero
+	// until a plugin advertises them again.
+	gone   map[string]bool
+	pods   map[types.UID]map[string]map[string]*assignment // pod → container → resource
+	closed bool
+	wg     sync.WaitGroup // endpoint goroutines
 }
 
 type resourceState struct {
@@ -84,6 +89,7 @@ func New(dir string, clk clock.Clock) (*Manager, error) {
 	m := &Manager{
 		dir: dir, clock: clk, grace: DefaultStopGracePeriod,
 		resources: map[string]*resourceState{},
+		gone:      map[string]bool{},
 		pods:      map[types.UID]map[string]map[string]*assignment{},
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -264,6 +270,7 @@ func (m *Manager) runEndpoint(ctx context.Context, req *pluginapi.RegisterReques
 	if old := rs.ep; old != nil {
 		old.cancel()
 	}
+	delete(m.gone, res)
 	rs.ep = ep
 	m.mu.Unlock()
 
@@ -317,7 +324,7 @@ func (m *Manager) updateDevices(ep *endpoint, devs []*pluginapi.Device) {
 // Capacity is the device resources' capacity (healthy and unhealthy devices)
 // and allocatable (healthy ones), and the resources dropped since their
 // plugin went away longer than the grace period ago, which the node reports
-// at zero as upstream.
+// at zero as upstream (every call, so any caller may ask).
 func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, deleted []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -326,16 +333,17 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, deleted []s
 	for res, rs := range m.resources {
 		if rs.ep == nil && !rs.stoppedAt.IsZero() && now.Sub(rs.stoppedAt) > m.grace {
 			delete(m.resources, res)
-			deleted = append(deleted, res)
+			m.gone[res] = true
+			m.storeLocked()
 			continue
 		}
 		capacity[v1.ResourceName(res)] = *resource.NewQuantity(int64(len(rs.healthy)+len(rs.unhealthy)), resource.DecimalSI)
 		allocatable[v1.ResourceName(res)] = *resource.NewQuantity(int64(len(rs.healthy)), resource.DecimalSI)
 	}
-	if len(deleted) > 0 {
-		sort.Strings(deleted)
-		m.storeLocked()
+	for res := range m.gone {
+		deleted = append(deleted, res)
 	}
+	sort.Strings(deleted)
 	return capacity, allocatable, deleted
 }
 

@@ -94,6 +94,16 @@ type Pressure struct {
 // Option customises a Controller.
 type Option func(*Controller)
 
+// DeviceCapacity is the device plugins' extended resources
+// (devicemanager.Manager): capacity, allocatable, and the resources dropped
+// since, which the node reports at zero.
+type DeviceCapacity interface {
+	Capacity() (capacity, allocatable v1.ResourceList, deleted []string)
+}
+
+// WithDevices adds the device plugins' resources to the node's status.
+func WithDevices(d DeviceCapacity) Option { return func(c *Controller) { c.devices = d } }
+
 // WithPressure sets the source of the pressure conditions; without it no pressure is reported.
 func WithPressure(f func() Pressure) Option { return func(c *Controller) { c.pressure = f } }
 
@@ -148,6 +158,7 @@ type Controller struct {
 	volumesInUse       func() []v1.UniqueVolumeName
 	onHeartbeatFailure func()
 	podCIDRs           func(ctx context.Context, cidrs string) (bool, error)
+	devices            DeviceCapacity
 
 	machine               MachineInfo
 	machineSet            bool

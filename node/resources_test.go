@@ -215,3 +215,36 @@ func TestReservedAllocatable(t *testing.T) {
 		t.Error("a bad quantity must be an error")
 	}
 }
+
+type fakeDevices struct {
+	capacity, allocatable v1.ResourceList
+	deleted               []string
+}
+
+func (f fakeDevices) Capacity() (v1.ResourceList, v1.ResourceList, []string) {
+	return f.capacity, f.allocatable, f.deleted
+}
+
+// Device plugin resources join capacity, with only their healthy devices
+// allocatable; a resource dropped for good is reported at zero.
+func TestSetResourcesWithDevices(t *testing.T) {
+	c := &Controller{
+		capacity:    v1.ResourceList{v1.ResourceCPU: resource.MustParse("4")},
+		allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")},
+		devices: fakeDevices{
+			capacity:    v1.ResourceList{"example.com/gpu": resource.MustParse("2")},
+			allocatable: v1.ResourceList{"example.com/gpu": resource.MustParse("1")},
+			deleted:     []string{"example.com/gone"},
+		},
+	}
+	st := &v1.NodeStatus{Capacity: v1.ResourceList{"example.com/gone": resource.MustParse("3"), "example.com/other": resource.MustParse("5")}}
+	c.setResources(st)
+	for name, want := range map[v1.ResourceName][2]int64{
+		v1.ResourceCPU: {4, 3}, "example.com/gpu": {2, 1}, "example.com/gone": {0, 0}, "example.com/other": {5, 5},
+	} {
+		gotC, gotA := st.Capacity[name], st.Allocatable[name]
+		if gotC.Value() != want[0] || gotA.Value() != want[1] {
+			t.Errorf("%s: capacity %s allocatable %s, want %d/%d", name, gotC.String(), gotA.String(), want[0], want[1])
+		}
+	}
+}

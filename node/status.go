@@ -204,10 +204,25 @@ func (c *Controller) setResources(st *v1.NodeStatus) {
 	for name, q := range c.capacity {
 		st.Capacity[name] = q.DeepCopy()
 	}
+	var devAllocatable v1.ResourceList
+	if c.devices != nil {
+		var devCapacity v1.ResourceList
+		var deleted []string
+		devCapacity, devAllocatable, deleted = c.devices.Capacity()
+		for name, q := range devCapacity {
+			st.Capacity[name] = q.DeepCopy()
+		}
+		// A resource whose plugin is gone for good drops to zero, as upstream.
+		for _, name := range deleted {
+			st.Capacity[v1.ResourceName(name)] = *resource.NewQuantity(0, resource.DecimalSI)
+		}
+	}
 	// Extended resources advertised by others are allocatable at their full capacity.
 	st.Allocatable = v1.ResourceList{}
 	for name, q := range st.Capacity {
 		if a, ok := c.allocatable[name]; ok {
+			q = a
+		} else if a, ok := devAllocatable[name]; ok {
 			q = a
 		}
 		st.Allocatable[name] = q.DeepCopy()

@@ -144,6 +144,12 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		},
 		Linux: linux,
 	}
+	if d := m.cfg.Devices; d != nil {
+		if err := d.ApplyDevices(ctx, pod, c, cfg); err != nil {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("adding the devices of container %s: %w", c.Name, err)
+		}
+	}
 	// What the runtime is told at creation is what the container runs with:
 	// the baseline of its next resize.
 	if err := m.actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {

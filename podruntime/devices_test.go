@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -101,5 +102,50 @@ func TestVolumeDevicesInContainerConfig(t *testing.T) {
 	res, _ := m2.SyncPod(ctx, pod, r2.status(pod))
 	if w := res.Waiting["app"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, `cannot find volume "disk"`) {
 		t.Errorf("waiting %+v; want CreateContainerConfigError naming the volume", res.Waiting["app"])
+	}
+}
+
+// fakeDevices adds one env, one device node and one CDI device to "app", or fails.
+type fakeDevices struct{ err error }
+
+func (f fakeDevices) ApplyDevices(_ context.Context, _ *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error {
+	if f.err != nil {
+		return f.err
+	}
+	if c.Name == "app" {
+		cfg.Envs = append([]*runtimeapi.KeyValue{{Key: "GPU", Value: []byte("g0")}}, cfg.Envs...)
+		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: "/dev/gpu0", HostPath: "/dev/null", Permissions: "rw"})
+		cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: "example.com/gpu=g0"})
+	}
+	return nil
+}
+
+// The device plugins' allocation reaches the runtime in the container's
+// config; a failure to get it (PreStartContainer refused) is a
+// CreateContainerConfigError.
+func TestDevicePluginAllocationInContainerConfig(t *testing.T) {
+	ctx := context.Background()
+	pod := syncPod("gpu", v1.RestartPolicyAlways, nil, "app")
+	r := newSyncRig(t)
+	m, _ := r.managerWithConfig(Config{Devices: fakeDevices{}})
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.fake.ContainerConfig(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING))
+	if d := cfg.GetDevices(); len(d) != 1 || d[0].ContainerPath != "/dev/gpu0" {
+		t.Errorf("devices %v", d)
+	}
+	if c := cfg.GetCDIDevices(); len(c) != 1 || c[0].Name != "example.com/gpu=g0" {
+		t.Errorf("CDI devices %v", c)
+	}
+	if e := cfg.GetEnvs(); len(e) == 0 || e[0].Key != "GPU" {
+		t.Errorf("envs %v", e)
+	}
+
+	r2 := newSyncRig(t)
+	m2, _ := r2.managerWithConfig(Config{Devices: fakeDevices{err: errors.New("device plugin PreStartContainer rpc failed with err: boom")}})
+	res, _ := m2.SyncPod(ctx, pod, r2.status(pod))
+	if w := res.Waiting["app"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "PreStartContainer") {
+		t.Errorf("waiting %+v; want CreateContainerConfigError", res.Waiting["app"])
 	}
 }

@@ -143,6 +143,9 @@ type Config struct {
 	// CPUs, when set, gives each new container its cpuset (the CPU manager)
 	// and is told when a pod is removed.
 	CPUs CPUAffinity
+	// Devices, when set, adds the devices allocated to a container (device
+	// plugins) to its config.
+	Devices Devices
 }
 
 // CPUAffinity is the CPU manager as container creation needs it.
@@ -152,6 +155,12 @@ type CPUAffinity interface {
 	CPUSetFor(podUID types.UID, container string) string
 	// RemovePod releases a removed pod's exclusive CPUs.
 	RemovePod(ctx context.Context, podUID types.UID)
+}
+
+// Devices puts a container's allocated devices (env, mounts, device nodes,
+// annotations, CDI devices) into its CRI config (devicemanager.Manager).
+type Devices interface {
+	ApplyDevices(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
 }
 
 // RuntimeClasses resolves a RuntimeClass name to its CRI runtime handler.

@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -195,5 +196,50 @@ func TestAdmissionRejectionLabel(t *testing.T) {
 		if got := testutil.ToFloat64(m.admissionRejections.WithLabelValues(label)); got != n {
 			t.Errorf("%s = %v, want %v", label, got, n)
 		}
+	}
+}
+
+// fakeDeviceAllocator refuses pods named "greedy" with the device manager's
+// words and records the active pods it was given.
+type fakeDeviceAllocator struct {
+	mu     sync.Mutex
+	active map[string][]string
+}
+
+func (f *fakeDeviceAllocator) Allocate(_ context.Context, pod *v1.Pod, active []*v1.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range active {
+		f.active[pod.Name] = append(f.active[pod.Name], p.Name)
+	}
+	if pod.Name == "greedy" {
+		return errors.New("requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1")
+	}
+	return nil
+}
+
+// TestDeviceAllocationFailureRejects: a pod whose devices cannot be allocated
+// fails with upstream's UnexpectedAdmissionError and message; others are
+// allocated knowing the pods already admitted.
+func TestDeviceAllocationFailureRejects(t *testing.T) {
+	devs := &fakeDeviceAllocator{active: map[string][]string{}}
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) { d.Devices = devs })
+	r.ready()
+	first := newPod("uid-a", "first")
+	r.add("api", first)
+	eventually.True(t, "first to run", func() bool {
+		s, ok := r.status.GetPodStatus(first.UID)
+		return ok && s.Phase == v1.PodRunning
+	})
+	greedy := newPod("uid-g", "greedy")
+	r.add("api", greedy)
+	s := r.waitRejected(t, greedy, "UnexpectedAdmissionError")
+	if want := "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1, which is unexpected"; s.Message != want {
+		t.Errorf("message %q, want %q", s.Message, want)
+	}
+	devs.mu.Lock()
+	defer devs.mu.Unlock()
+	if got := devs.active["greedy"]; len(got) != 1 || got[0] != "first" {
+		t.Errorf("active pods given for greedy = %v, want [first]", got)
 	}
 }

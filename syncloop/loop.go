@@ -163,6 +163,15 @@ type Deps struct {
 	// or false (the generic PLEG, or the evented one fallen back to
 	// relisting) relists soon after each sync that changed something.
 	EventsInUse func() bool
+	// Devices, when set, allocates device plugin resources to a pod at
+	// admission (devicemanager.Manager).
+	Devices DeviceAllocator
+}
+
+// DeviceAllocator gives an admitted pod's containers their devices; active
+// are the other pods that hold theirs (the rest are freed).
+type DeviceAllocator interface {
+	Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod) error
 }
 
 // Loop is the sync loop.
@@ -495,6 +504,9 @@ func (l *Loop) admit(ctx context.Context, pod *v1.Pod) *Rejection {
 		}
 	}
 	admitted := l.admittedPods(pod.UID)
+	if rej := l.allocateDevices(ctx, pod, admitted, fresh); rej != nil {
+		return rej
+	}
 	d := DecideAdmission(pod, admitted, l.admitNode(ctx, false))
 	if d.RecheckNode {
 		d = DecideAdmission(pod, admitted, l.admitNode(ctx, true))
@@ -511,6 +523,25 @@ func (l *Loop) admit(ctx context.Context, pod *v1.Pod) *Rejection {
 		}
 	}
 	return nil
+}
+
+// allocateDevices allocates the pod's devices, as upstream's resource
+// allocation admit handler does before the scheduler's filters; a pod the
+// runtime already runs is never rejected for it (its devices come from the
+// checkpoint), the failure is only logged.
+func (l *Loop) allocateDevices(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod, fresh bool) *Rejection {
+	if l.deps.Devices == nil {
+		return nil
+	}
+	err := l.deps.Devices.Allocate(ctx, pod, admitted)
+	if err == nil {
+		return nil
+	}
+	if !fresh {
+		klog.FromContext(ctx).Error(err, "Allocating devices to a pod already running; keeping it", "pod", klog.KObj(pod))
+		return nil
+	}
+	return &Rejection{Reason: reasonUnexpected, Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
 }
 
 // admittedPods are the pods admission counts as using the node: those of its

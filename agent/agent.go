@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"time"
@@ -34,11 +35,13 @@ import (
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/csi"
+	"github.com/nodelet/nodelet/devicemanager"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podobjects"
+	"github.com/nodelet/nodelet/podresources"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/procfs"
 	"github.com/nodelet/nodelet/pullrecords"
@@ -267,6 +270,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// listed there); made first, as the volume manager needs the node
 	// controller.
 	csiInUse := volumes.NewCSIInUse(opts.RootDir)
+	// Device plugins are always on, as upstream; the checkpoint is read now so
+	// pods running since before a restart keep their devices.
+	devices, err := devicemanager.New(filepath.Join(opts.RootDir, devicemanager.DirName), clk)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the device plugin manager: %w", err)
+	}
 	nodeCtl, err := node.New(client, heartbeat, node.Config{
 		NodeName: nodeName,
 		Hostname: hostname,
@@ -279,7 +288,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		ExternalCloudProvider: external,
 		AppArmorEnabled:       appArmor,
 	}, rt, nodeReadiness(health, plegChecks(gpleg, epleg), shuttingDown.notReady), clk, node.WithEventRecorder(recorder), node.WithImageLister(rt), node.WithRuntimeStatus(rt), node.WithPressure(pressure.pressure),
-		node.WithPodCIDRUpdater(cidrs.update), node.WithVolumesInUse(csiInUse.List), heartbeatReset(credential))
+		node.WithPodCIDRUpdater(cidrs.update), node.WithVolumesInUse(csiInUse.List), node.WithDevices(devices), heartbeatReset(credential))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the node controller: %w", err)
 	}
@@ -287,6 +296,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	health.onChange = nodeCtl.TriggerStatusUpdate
 	nodeFacts := func() podruntime.NodeFacts {
 		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable(), NetworkError: health.networkError()}
+		// Admission judges device resources by what is healthy now, not by
+		// the last status sent.
+		_, devAllocatable, _ := devices.Capacity()
+		for name, q := range devAllocatable {
+			f.Allocatable[name] = q
+		}
 		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {
 			f.MemoryCapacity = mem.Value()
 		}
@@ -464,6 +479,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Actuated:            actuated,
 		PodResize:           podResize,
 		CPUs:                cpus,
+		Devices:             devices,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -489,6 +505,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Allocations:     allocations,
 		Actuated:        actuated,
 		EventsInUse:     eventsInUse(epleg),
+		Devices:         devices,
 	})
 	a.synced = loop.Synced()
 
@@ -628,6 +645,19 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		add(&rest, "evented PLEG", epleg.Start)
 	}
 	add(&rest, "runtime health", health.run)
+	// Stopped with the rest: the loop's workers it serves have stopped by then.
+	add(&rest, "device plugin manager", func(ctx context.Context) {
+		if err := devices.Run(ctx); err != nil {
+			logger.Error(err, "Device plugin manager stopped")
+		}
+	})
+	// No CPU manager yet: containers list no exclusive CPUs.
+	podResources := podresources.NewServer(loop, devices, nil)
+	add(&rest, "pod resources API", func(ctx context.Context) {
+		if err := podresources.Serve(ctx, filepath.Join(opts.RootDir, podresources.DirName), podResources); err != nil {
+			logger.Error(err, "Pod resources API stopped")
+		}
+	})
 	if placement != nil {
 		add(&rest, "kubeletCgroups and systemCgroups", placement.run)
 	}

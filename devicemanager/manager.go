@@ -211,10 +211,10 @@ func (m *Manager) validate(req *pluginapi.RegisterRequest) error {
 		}
 	}
 	if !supported {
-		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported versions are %q", req.Version, pluginapi.SupportedVersions[:])
+		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", req.Version, pluginapi.Version)
 	}
 	if !isExtendedResourceName(req.ResourceName) {
-		return fmt.Errorf("invalid name of device plugin socket: %s", req.ResourceName)
+		return fmt.Errorf("the ResourceName %q is invalid", req.ResourceName)
 	}
 	// The endpoint is a socket directly in our directory: no path, no link.
 	if req.Endpoint == "" || req.Endpoint != filepath.Base(req.Endpoint) || req.Endpoint == "." || req.Endpoint == ".." || req.Endpoint == SocketName {
@@ -392,28 +392,17 @@ func (m *Manager) storeLocked() {
 }
 
 // Allocate gives pod's containers their devices, init containers first, as
-// upstream's admission does; active are the other pods still holding
-// devices, the devices of any other pod are freed. The error's text is
-// upstream's, for the pod's admission message.
-func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod) error {
+// upstream's admission does. With sourcesReady, active are the other pods
+// still holding devices and the devices of any other pod are freed; before
+// (a restart re-admitting the pods one by one) nothing is freed, as
+// upstream, or a pod not re-admitted yet would lose its devices. The
+// error's text is upstream's, for the pod's admission message.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error {
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
-	keep := map[types.UID]bool{pod.UID: true}
-	for _, p := range active {
-		keep[p.UID] = true
+	if sourcesReady {
+		m.freeInactive(pod.UID, active)
 	}
-	m.mu.Lock()
-	changed := false
-	for uid := range m.pods {
-		if !keep[uid] {
-			delete(m.pods, uid)
-			changed = true
-		}
-	}
-	if changed {
-		m.storeLocked()
-	}
-	m.mu.Unlock()
 
 	reusable := map[string][]string{}
 	for _, c := range podutil.AllContainers(pod) {
@@ -443,6 +432,25 @@ func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod) e
 		}
 	}
 	return nil
+}
+
+func (m *Manager) freeInactive(admitting types.UID, active []*v1.Pod) {
+	keep := map[types.UID]bool{admitting: true}
+	for _, p := range active {
+		keep[p.UID] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed := false
+	for uid := range m.pods {
+		if !keep[uid] {
+			delete(m.pods, uid)
+			changed = true
+		}
+	}
+	if changed {
+		m.storeLocked()
+	}
 }
 
 // allocateContainer returns the devices the container holds for res; nil

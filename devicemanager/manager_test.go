@@ -111,7 +111,7 @@ func TestRegisterRefusals(t *testing.T) {
 		name, version, resource, endpoint, want string
 	}{
 		{"old version", "v1alpha", fakeResource, "fake.sock", `requested API version "v1alpha" is not supported`},
-		{"native resource", pluginapi.Version, "cpu", "fake.sock", "invalid name of device plugin socket"},
+		{"native resource", pluginapi.Version, "cpu", "fake.sock", `the ResourceName "cpu" is invalid`},
 		{"path in endpoint", pluginapi.Version, fakeResource, "../fake.sock", "must be a socket name"},
 		{"missing socket", pluginapi.Version, fakeResource, "nope.sock", "no such file"},
 	} {
@@ -147,11 +147,11 @@ func TestAllocateIntoContainerConfig(t *testing.T) {
 	waitCounts(t, m, 3, 3)
 	ctx := context.Background()
 	pod := gpuPod("u1", 1)
-	if err := m.Allocate(ctx, pod, nil); err != nil {
+	if err := m.Allocate(ctx, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	// Admission again (a resync) keeps the assignment and does not call the plugin.
-	if err := m.Allocate(ctx, pod, nil); err != nil {
+	if err := m.Allocate(ctx, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	cfg := &runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{{Key: "OWN", Value: []byte("1")}}}
@@ -181,15 +181,15 @@ func TestAllocateIntoContainerConfig(t *testing.T) {
 	}
 
 	// A second pod gets the rest; a third asking too many fails with upstream's words.
-	if err := m.Allocate(ctx, gpuPod("u2", 2), []*v1.Pod{pod}); err != nil {
+	if err := m.Allocate(ctx, gpuPod("u2", 2), []*v1.Pod{pod}, true); err != nil {
 		t.Fatal(err)
 	}
-	err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod, gpuPod("u2", 2)})
+	err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod, gpuPod("u2", 2)}, true)
 	if err == nil || err.Error() != "requested number of devices unavailable for example.com/fake. Requested: 1, Available: 0" {
 		t.Fatalf("over-allocation: %v", err)
 	}
 	// Pods no longer active free their devices.
-	if err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod}); err != nil {
+	if err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod}, true); err != nil {
 		t.Fatalf("after u2 went: %v", err)
 	}
 }
@@ -206,7 +206,7 @@ func TestInitContainerDevicesReused(t *testing.T) {
 	waitCounts(t, m, 2, 2)
 	pod := gpuPod("u1", 2)
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Resources: pod.Spec.Containers[0].Resources}}
-	if err := m.Allocate(context.Background(), pod, nil); err != nil {
+	if err := m.Allocate(context.Background(), pod, nil, true); err != nil {
 		t.Fatalf("init container's devices should be reused: %v", err)
 	}
 	if got := m.ContainerDevices("u1", "c"); len(got) != 1 || len(got[0].DeviceIds) != 2 {
@@ -226,7 +226,7 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 	waitCounts(t, m, 2, 2)
 	pod := gpuPod("u1", 1)
 	ctx := context.Background()
-	if err := m.Allocate(ctx, pod, nil); err != nil {
+	if err := m.Allocate(ctx, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -244,8 +244,15 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 	if len(cfg.Envs) != 1 || string(cfg.Envs[0].Value) != "a" {
 		t.Errorf("envs after restart = %v", cfg.Envs)
 	}
+	// Pods re-admitted one by one before the sources are ready free nothing.
+	if err := m2.Allocate(ctx, gpuPod("u9", 0), nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := m2.ContainerDevices("u1", "c"); len(got) != 1 {
+		t.Fatalf("u1's devices freed before the sources were ready: %v", got)
+	}
 	// Re-admission after the restart keeps the assignment without the plugin.
-	if err := m2.Allocate(ctx, pod, nil); err != nil {
+	if err := m2.Allocate(ctx, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	// The plugin registers again: its free device is the only one left.
@@ -255,7 +262,7 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCounts(t, m2, 2, 2)
-	if err := m2.Allocate(ctx, gpuPod("u2", 1), []*v1.Pod{pod}); err != nil {
+	if err := m2.Allocate(ctx, gpuPod("u2", 1), []*v1.Pod{pod}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := m2.ContainerDevices("u2", "c"); len(got) != 1 || got[0].DeviceIds[0] != "b" {

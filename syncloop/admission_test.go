@@ -206,7 +206,7 @@ type fakeDeviceAllocator struct {
 	active map[string][]string
 }
 
-func (f *fakeDeviceAllocator) Allocate(_ context.Context, pod *v1.Pod, active []*v1.Pod) error {
+func (f *fakeDeviceAllocator) Allocate(_ context.Context, pod *v1.Pod, active []*v1.Pod, _ bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range active {

@@ -169,9 +169,10 @@ type Deps struct {
 }
 
 // DeviceAllocator gives an admitted pod's containers their devices; active
-// are the other pods that hold theirs (the rest are freed).
+// are the other pods that hold theirs, and once sourcesReady (the loop
+// synced its sources' first pods) the others' devices are freed.
 type DeviceAllocator interface {
-	Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod) error
+	Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error
 }
 
 // Loop is the sync loop.
@@ -533,7 +534,7 @@ func (l *Loop) allocateDevices(ctx context.Context, pod *v1.Pod, admitted []*v1.
 	if l.deps.Devices == nil {
 		return nil
 	}
-	err := l.deps.Devices.Allocate(ctx, pod, admitted)
+	err := l.deps.Devices.Allocate(ctx, pod, admitted, l.isSynced())
 	if err == nil {
 		return nil
 	}

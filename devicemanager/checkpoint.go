@@ -60,6 +60,9 @@ func writeCheckpoint(path string, d checkpointData) error {
 	return nil
 }
 
+// errCorrupt marks a checkpoint that does not decode.
+var errCorrupt = errors.New("device checkpoint does not decode")
+
 // readCheckpoint returns an empty checkpoint when the file does not exist.
 func readCheckpoint(path string) (checkpointData, error) {
 	blob, err := os.ReadFile(path)
@@ -71,14 +74,14 @@ func readCheckpoint(path string) (checkpointData, error) {
 	}
 	var f checkpointFile
 	if err := json.Unmarshal(blob, &f); err != nil {
-		return checkpointData{}, fmt.Errorf("decoding the device checkpoint %s: %w", path, err)
+		return checkpointData{}, fmt.Errorf("%w: %s: %w", errCorrupt, path, err)
 	}
 	if got := checksum(f.Data); got != f.Checksum {
-		return checkpointData{}, fmt.Errorf("device checkpoint %s is corrupted: checksum %d, expected %d", path, got, f.Checksum)
+		return checkpointData{}, fmt.Errorf("%w: %s is corrupted: checksum %d, expected %d", errCorrupt, path, got, f.Checksum)
 	}
 	var d checkpointData
 	if err := json.Unmarshal(f.Data, &d); err != nil {
-		return checkpointData{}, fmt.Errorf("decoding the device checkpoint %s: %w", path, err)
+		return checkpointData{}, fmt.Errorf("%w: %s: %w", errCorrupt, path, err)
 	}
 	return d, nil
 }

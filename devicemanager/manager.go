@@ -8,6 +8,7 @@ package devicemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -30,6 +31,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -96,11 +98,15 @@ func New(dir string, clk clock.Clock) (*Manager, error) {
 		return nil, fmt.Errorf("creating the device plugin directory: %w", err)
 	}
 	cp, err := readCheckpoint(m.checkpointPath())
-	if err != nil {
+	switch {
+	case errors.Is(err, errCorrupt):
 		// A corrupt checkpoint loses assignments, not the node: running
 		// containers keep their devices, new ones may get them too.
-		klog.ErrorS(err, "Ignoring the device checkpoint")
+		aside, serr := atomicfile.SetAside(m.checkpointPath(), clk.Now())
+		klog.ErrorS(err, "Starting without the device checkpoint", "setAsideTo", aside, "setAsideErr", serr)
 		cp = checkpointData{}
+	case err != nil:
+		return nil, fmt.Errorf("loading the device plugin manager's state: %w", err)
 	}
 	now := clk.Now()
 	for res := range cp.RegisteredDevices {
@@ -122,6 +128,9 @@ func (m *Manager) checkpointPath() string { return filepath.Join(m.dir, Checkpoi
 // Run serves the registration socket until ctx is done, then stops every
 // plugin client and waits for them.
 func (m *Manager) Run(ctx context.Context) error {
+	// Plugin clients end with this context, also when serving fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	sock := filepath.Join(m.dir, SocketName)
 	// Upstream empties the directory at start: plugins watch for kubelet.sock
 	// to be recreated and register again. Only sockets go; the checkpoint stays.
@@ -148,12 +157,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.closed = true
-	for _, rs := range m.resources {
-		if rs.ep != nil {
-			rs.ep.cancel()
-		}
-	}
 	m.mu.Unlock()
+	cancel()
 	m.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("serving the device plugin registration socket: %w", err)

@@ -3,6 +3,7 @@ package devicemanager
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -280,6 +281,9 @@ func TestCorruptCheckpointIgnored(t *testing.T) {
 	}
 	if _, err := New(dir, clocktesting.NewFakeClock(time.Now())); err != nil {
 		t.Fatal(err)
+	}
+	if aside, _ := filepath.Glob(dir + "/" + CheckpointName + ".corrupt-*"); len(aside) != 1 {
+		t.Errorf("corrupt checkpoint not set aside: %v", aside)
 	}
 }
 

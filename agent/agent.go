@@ -296,10 +296,9 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	health.onChange = nodeCtl.TriggerStatusUpdate
 	nodeFacts := func() podruntime.NodeFacts {
 		f := podruntime.NodeFacts{Name: nodeName, Allocatable: nodeCtl.Allocatable(), NetworkError: health.networkError()}
-		// Admission judges device resources by what is healthy now, not by
-		// the last status sent.
-		_, devAllocatable, _ := devices.Capacity()
-		for name, q := range devAllocatable {
+		// Admission judges device resources by what is healthy now (not the
+		// last status sent), and never below what pods already hold.
+		for name, q := range devices.AdmissionAllocatable() {
 			f.Allocatable[name] = q
 		}
 		if mem, ok := nodeCtl.Capacity()[v1.ResourceMemory]; ok {

@@ -352,6 +352,36 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, deleted []s
 	return capacity, allocatable, deleted
 }
 
+// AdmissionAllocatable is allocatable as admission should judge it: per
+// resource, at least the devices already assigned, so that pods holding
+// devices pass the resource fit again while their plugin is away (a nodelet
+// restart before the plugin registers again), as upstream's
+// sanitizeNodeAllocatable.
+func (m *Manager) AdmissionAllocatable() v1.ResourceList {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	counts := map[string]int{}
+	for res, rs := range m.resources {
+		counts[res] = len(rs.healthy)
+	}
+	assigned := map[string]int{}
+	for _, cs := range m.pods {
+		for _, rss := range cs {
+			for res, a := range rss {
+				assigned[res] += len(a.ids)
+			}
+		}
+	}
+	for res, n := range assigned {
+		counts[res] = max(counts[res], n)
+	}
+	out := v1.ResourceList{}
+	for res, n := range counts {
+		out[v1.ResourceName(res)] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+	}
+	return out
+}
+
 func (m *Manager) assign(uid types.UID, container, res string, a *assignment) {
 	if m.pods[uid] == nil {
 		m.pods[uid] = map[string]map[string]*assignment{}

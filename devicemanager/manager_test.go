@@ -245,6 +245,10 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 	if len(cfg.Envs) != 1 || string(cfg.Envs[0].Value) != "a" {
 		t.Errorf("envs after restart = %v", cfg.Envs)
 	}
+	// Admission counts the assigned device as allocatable while the plugin is away.
+	if q := m2.AdmissionAllocatable()[fakeResource]; q.Value() != 1 {
+		t.Errorf("admission allocatable after restart = %s, want 1 (the assigned device)", q.String())
+	}
 	// Pods re-admitted one by one before the sources are ready free nothing.
 	if err := m2.Allocate(ctx, gpuPod("u9", 0), nil, false); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package syncloop
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -216,5 +217,35 @@ func TestRunningPodSkipsPressureAdmissionAfterRestart(t *testing.T) {
 	}
 	if st, ok := s.status.GetPodStatus(fresh.UID); !ok || st.Phase != v1.PodFailed || st.Reason != "Evicted" {
 		t.Errorf("a new pod under pressure: status %+v, want Failed/Evicted", st)
+	}
+}
+
+// failingDevices fails every allocation, as a device plugin not registered
+// again after a restart would.
+type failingDevices struct{}
+
+func (failingDevices) Allocate(context.Context, *v1.Pod, []*v1.Pod, bool) error {
+	return errors.New("requested number of devices unavailable for example.com/gpu. Requested: 1, Available: 0")
+}
+
+// A pod the runtime already runs is never rejected for its devices (they are
+// in the device checkpoint); a new pod is, with UnexpectedAdmissionError.
+func TestRunningPodSkipsDeviceAdmissionFailureAfterRestart(t *testing.T) {
+	s := newStepLoop(t)
+	s.deps.Devices = failingDevices{}
+	old := newPod("uid-ran", "ran-before")
+	s.rt.mu.Lock()
+	s.rt.pods[old.UID] = &pleg.PodStatus{UID: old.UID, Name: old.Name, Namespace: old.Namespace,
+		Sandboxes: []*runtimeapi.PodSandboxStatus{{Id: "sb-ran", State: runtimeapi.PodSandboxState_SANDBOX_READY}}}
+	s.rt.mu.Unlock()
+	fresh := newPod("uid-new", "new")
+
+	s.add(old)
+	s.add(fresh)
+	if st, ok := s.status.GetPodStatus(old.UID); ok && st.Phase == v1.PodFailed {
+		t.Errorf("the pod the runtime already ran was rejected: %s %q", st.Reason, st.Message)
+	}
+	if st, ok := s.status.GetPodStatus(fresh.UID); !ok || st.Phase != v1.PodFailed || st.Reason != "UnexpectedAdmissionError" {
+		t.Errorf("a new pod without devices: status %+v, want Failed/UnexpectedAdmissionError", st)
 	}
 }

@@ -36,6 +36,8 @@ func TestFeatureGates(t *testing.T) {
 			enabled: map[string]bool{"MemoryQoS": false}},
 		{name: "built feature cannot be turned off", gates: map[string]bool{"ContainerRestartRules": false},
 			refused: map[string]string{"ContainerRestartRules": "nodelet always has ContainerRestartRules"}},
+		{name: "the pod resources API lists active pods only", gates: map[string]bool{"KubeletPodResourcesListUseActivePods": false},
+			refused: map[string]string{"KubeletPodResourcesListUseActivePods": "nodelet always has KubeletPodResourcesListUseActivePods"}},
 		{name: "gates the kubelet does not read are accepted", gates: map[string]bool{"HPAScaleToZero": false, "CBORServingAndStorage": true},
 			enabled: map[string]bool{"HPAScaleToZero": false, "CBORServingAndStorage": true}},
 		{name: "logging gates are honoured", gates: map[string]bool{"LoggingAlphaOptions": true, "ContextualLogging": false},

@@ -44,6 +44,7 @@ const (
 	// stays in capacity (at allocatable 0) before it is dropped, as upstream.
 	DefaultStopGracePeriod = 5 * time.Minute
 	preStartTimeout        = pluginapi.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
+	stopTimeout            = 5 * time.Second
 )
 
 // Manager is the device plugin manager.
@@ -150,11 +151,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
-	// No handler runs after GracefulStop, so no endpoint starts after closed is set.
-	srv.GracefulStop()
+	stopServer(srv, stopTimeout)
 	if err == nil {
 		<-serveErr
 	}
+	// A Register handler still running finds closed set and starts nothing,
+	// so the Wait below sees every endpoint goroutine.
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
@@ -164,6 +166,24 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("serving the device plugin registration socket: %w", err)
 	}
 	return nil
+}
+
+// stopServer stops srv gracefully, but not longer than timeout: a plugin
+// keeping its registration connection open must not hold up nodelet's stop.
+func stopServer(srv *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		srv.Stop()
+		<-done
+	}
 }
 
 func removeSockets(dir string) error {

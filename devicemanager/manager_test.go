@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -329,5 +331,28 @@ func TestGoneResourceDroppedAfterGrace(t *testing.T) {
 	c, _, deleted := m.Capacity()
 	if _, ok := c[fakeResource]; ok || len(deleted) != 1 || deleted[0] != fakeResource {
 		t.Fatalf("after the grace period: capacity %v, deleted %v", c, deleted)
+	}
+}
+
+// A plugin that keeps its registration connection open does not hold up the stop.
+func TestStopWithOpenRegistrationConnection(t *testing.T) {
+	dir := shortDir(t)
+	_, stop := startManager(t, dir, clocktesting.NewFakeClock(time.Now()))
+	conn, err := grpc.NewClient("unix://"+dir+"/"+SocketName, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A refused registration still leaves the connection up.
+	_, _ = pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{Version: "v0"})
+	done := make(chan struct{})
+	go func() {
+		stop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout + 10*time.Second):
+		t.Fatal("Run did not return with a registration connection open")
 	}
 }

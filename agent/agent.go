@@ -651,7 +651,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		}
 	})
 	// No CPU manager yet: containers list no exclusive CPUs.
-	podResources := podresources.NewServer(loop, devices, nil)
+	podResources := podresources.NewServer(loop, devices, podResourcesCPUs{cpus})
 	add(&rest, "pod resources API", func(ctx context.Context) {
 		if err := podresources.Serve(ctx, filepath.Join(opts.RootDir, podresources.DirName), podResources); err != nil {
 			logger.Error(err, "Pod resources API stopped")

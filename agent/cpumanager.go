@@ -2,13 +2,14 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
@@ -41,24 +42,30 @@ type cpuAdmitter struct{ m *cpumanager.Manager }
 
 func (a cpuAdmitter) admit(pod *v1.Pod) *syncloop.Rejection {
 	if err := a.m.Admit(pod); err != nil {
-		return allocationRejection(err)
+		return syncloop.AllocationRejection(err)
 	}
 	return nil
-}
-
-// allocationRejection is the pod rejection for a resource manager's allocation
-// error, as upstream's resource admit handler gives it: the SMT alignment error
-// by its own type and message, any other as unexpected.
-func allocationRejection(err error) *syncloop.Rejection {
-	var smt cpumanager.SMTAlignmentError
-	if errors.As(err, &smt) {
-		return &syncloop.Rejection{Reason: "SMTAlignmentError", Message: smt.Error()}
-	}
-	return &syncloop.Rejection{Reason: "UnexpectedAdmissionError", Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
 }
 
 // runCPUManager reconciles once the pod sources synced (or after
 // cpuManagerStartWait).
 func runCPUManager(ctx context.Context, m *cpumanager.Manager, synced <-chan struct{}, clk clock.Clock) {
 	runAfterSynced(ctx, synced, clk.After(cpuManagerStartWait), m.Run)
+}
+
+// podResourcesCPUs is the CPU manager as the pod resources API asks it.
+type podResourcesCPUs struct{ m *cpumanager.Manager }
+
+func (c podResourcesCPUs) ExclusiveCPUs(uid types.UID, container string) []int64 {
+	return cpuIDs(c.m.ExclusiveCPUs(string(uid), container))
+}
+
+func (c podResourcesCPUs) AllocatableCPUs() []int64 { return cpuIDs(c.m.AllocatableCPUs()) }
+
+func cpuIDs(s cpuset.CPUSet) []int64 {
+	ids := make([]int64, 0, s.Size())
+	for _, id := range s.List() {
+		ids = append(ids, int64(id))
+	}
+	return ids
 }

@@ -145,6 +145,16 @@ func (m *Manager) ExclusiveCPUs(podUID, container string) cpuset.CPUSet {
 	return set.Clone()
 }
 
+// AllocatableCPUs are the CPUs pods may be given exclusively (every CPU but the
+// reserved ones) under the static policy, none under policy none: what the pod
+// resources API's GetAllocatableResources reports, as upstream.
+func (m *Manager) AllocatableCPUs() cpuset.CPUSet {
+	if m.cfg.Static == nil {
+		return cpuset.New()
+	}
+	return m.cfg.Static.Topology.CPUs().Difference(m.cfg.Static.Reserved)
+}
+
 // RemovePod releases every exclusive CPU of a pod that is gone.
 func (m *Manager) RemovePod(ctx context.Context, podUID types.UID) {
 	if m.cfg.Static == nil {

@@ -1,6 +1,7 @@
 package syncloop
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -48,11 +49,33 @@ const (
 	reasonOSField      = "PodOSNotSupported"
 	messageOSField     = "Failed to admit pod as the OS field doesn't match node OS"
 	reasonSupplemental = "SupplementalGroupsPolicyNotSupported"
-	// reasonUnexpected is upstream's UnexpectedAdmissionError: here, a critical
-	// pod that no preemption can make room for.
+	// reasonUnexpected is upstream's UnexpectedAdmissionError: a critical pod
+	// that no preemption can make room for, or a resource manager's allocation
+	// error (AllocationRejection).
 	reasonUnexpected = "UnexpectedAdmissionError"
 	reasonAppArmor   = "AppArmor"
+	// reasonSMTAlignment is the CPU manager's refusal under full-pcpus-only.
+	reasonSMTAlignment = "SMTAlignmentError"
 )
+
+// typedAdmissionError is an allocation error that names its own rejection
+// reason, as upstream's admission errors do (cpumanager.SMTAlignmentError).
+type typedAdmissionError interface {
+	error
+	Type() string
+}
+
+// AllocationRejection is the pod rejection for a resource manager's
+// allocation error (devices, CPUs), as upstream's resource admit handler
+// gives it: the SMT alignment error by its own reason and message, any other
+// as unexpected.
+func AllocationRejection(err error) *Rejection {
+	var typed typedAdmissionError
+	if errors.As(err, &typed) && typed.Type() == reasonSMTAlignment {
+		return &Rejection{Reason: reasonSMTAlignment, Message: typed.Error()}
+	}
+	return &Rejection{Reason: reasonUnexpected, Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
+}
 
 // The scheduler filters upstream's admission runs: a failure's reason is the
 // filter's name, its message "Predicate <name> failed: <reason>".

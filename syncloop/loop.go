@@ -542,7 +542,7 @@ func (l *Loop) allocateDevices(ctx context.Context, pod *v1.Pod, admitted []*v1.
 		klog.FromContext(ctx).Error(err, "Allocating devices to a pod already running; keeping it", "pod", klog.KObj(pod))
 		return nil
 	}
-	return &Rejection{Reason: reasonUnexpected, Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
+	return AllocationRejection(err)
 }
 
 // admittedPods are the pods admission counts as using the node: those of its

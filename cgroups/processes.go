@@ -36,13 +36,18 @@ func Procs(root string, mode Mode, fsPath string) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the processes of cgroup %s: %w", fsPath, err)
 	}
+	return ParseProcs(data), nil
+}
+
+// ParseProcs parses a cgroup.procs file: one pid a line.
+func ParseProcs(data []byte) []int {
 	var out []int
 	for _, f := range strings.Fields(string(data)) {
 		if n, err := strconv.Atoi(f); err == nil {
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // MoveProcess creates the cgroup at fsPath (in every v1 hierarchy) and moves pid

@@ -201,16 +201,27 @@ func readUint(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseUint(data)
+}
+
+// parseUint parses a one-number file (memory.current, pids.current).
+func parseUint(data []byte) (uint64, error) {
 	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 }
 
 // readKV reads "key value" lines (memory.stat, /proc/stat); unparsable lines are skipped.
 func readKV(path string) map[string]uint64 {
-	out := map[string]uint64{}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return out
+		return map[string]uint64{}
 	}
+	return parseKV(data)
+}
+
+// parseKV parses "key value" lines (memory.stat, cpu.stat, memory.events);
+// unparsable lines are skipped.
+func parseKV(data []byte) map[string]uint64 {
+	out := map[string]uint64{}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 2 {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,8 +41,9 @@ type Config struct {
 	RootDir string
 	// PodLogsDir holds /var/log/pods/<ns>_<name>_<uid>/<container>/<n>.log.
 	PodLogsDir string
-	// ProcRoot is procfs ("/proc" if empty).
+	// ProcRoot is procfs ("/proc" if empty); SysRoot is sysfs ("/sys" if empty).
 	ProcRoot string
+	SysRoot  string
 	// CgroupRoot is where cgroupfs is mounted ("/sys/fs/cgroup" if empty); Unified says
 	// it is cgroup v2.
 	CgroupRoot string
@@ -66,6 +68,11 @@ type Config struct {
 // cannot express (whether images have a filesystem of their own).
 type Snapshot struct {
 	Summary *statsapi.Summary
+	// Time is when the measurement started: the samples' timestamp.
+	Time time.Time
+	// Cgroups are the cgroup v2 readings of the pods nodelet knows and of
+	// their running containers (for /metrics/cadvisor); nil on cgroup v1.
+	Cgroups []PodCgroups
 	// DedicatedImageFs: the runtime's image filesystem is not nodefs.
 	DedicatedImageFs bool
 	// SplitContainerFs: container writable layers are on a third filesystem.
@@ -101,6 +108,9 @@ type cpuSample struct {
 func New(cfg Config, rt Runtime, pods func() []*v1.Pod, clk clock.PassiveClock) *Provider {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
 	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
@@ -156,27 +166,31 @@ func (p *Provider) Snapshot(ctx context.Context) (*Snapshot, error) {
 			Name: sc.name, StartTime: ns.StartTime, Memory: p.cgroupMemory(sc.cgroup, mt),
 		})
 	}
-	snap := &Snapshot{Summary: &statsapi.Summary{Node: ns}}
+	snap := &Snapshot{Summary: &statsapi.Summary{Node: ns}, Time: now}
 
-	imageFs, containerFs, dedicated, split := p.runtimeFs(ctx, rootDev, mt)
+	imageFs, containerFs, dedicated, split, containerDev := p.runtimeFs(ctx, rootDev, mt)
 	snap.Summary.Node.Runtime = &statsapi.RuntimeStats{ImageFs: imageFs, ContainerFs: containerFs}
 	snap.DedicatedImageFs, snap.SplitContainerFs = dedicated, split
+	if containerDev == 0 {
+		containerDev = rootDev
+	}
 
-	pods, err := p.podStats(ctx, now, rootDev)
+	pods, cgs, err := p.podStats(ctx, now, rootDev, containerDev)
 	if err != nil {
 		return nil, err
 	}
-	snap.Summary.Pods = pods
+	snap.Summary.Pods, snap.Cgroups = pods, cgs
 	return snap, nil
 }
 
 // runtimeFs measures the runtime's image (and container) filesystems. Upstream reports
 // imageFs even when it is nodefs; the flags say whether it is separate.
-func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time) (imageFs, containerFs *statsapi.FsStats, dedicated, split bool) {
+// containerDev is the device of the containers' writable layers (0: unknown).
+func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time) (imageFs, containerFs *statsapi.FsStats, dedicated, split bool, containerDev uint64) {
 	info, err := p.rt.ImageFsInfo(ctx)
 	if err != nil {
 		klog.V(2).InfoS("The runtime does not report its image filesystem; treating nodefs as imagefs", "err", err)
-		return nil, nil, false, false
+		return nil, nil, false, false, 0
 	}
 	fsFor := func(us []*runtimeapi.FilesystemUsage) (*statsapi.FsStats, uint64, bool) {
 		if len(us) == 0 || us[0].GetFsId().GetMountpoint() == "" {
@@ -200,30 +214,43 @@ func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time
 	}
 	imageFs, imageDev, ok := fsFor(info.GetImageFilesystems())
 	if !ok {
-		return nil, nil, false, false
+		return nil, nil, false, false, 0
 	}
 	dedicated = imageDev != rootDev
-	containerFs = imageFs
+	containerFs, containerDev = imageFs, imageDev
 	if cfs, cdev, ok := fsFor(info.GetContainerFilesystems()); ok {
-		containerFs = cfs
+		containerFs, containerDev = cfs, cdev
 		split = dedicated && cdev != imageDev
 	}
-	return imageFs, containerFs, dedicated, split
+	return imageFs, containerFs, dedicated, split, containerDev
 }
 
-// podStats lists the pods' containers and their usage.
-func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) ([]statsapi.PodStats, error) {
+// podStats lists the pods' containers and their usage, and reads the cgroups
+// of those nodelet knows (cgroup v2).
+func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev, containerDev uint64) ([]statsapi.PodStats, []PodCgroups, error) {
 	sandboxes, err := p.rt.ListPodSandbox(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("listing pod sandboxes for stats: %w", err)
+		return nil, nil, fmt.Errorf("listing pod sandboxes for stats: %w", err)
 	}
 	containers, err := p.rt.ListContainers(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("listing containers for stats: %w", err)
+		return nil, nil, fmt.Errorf("listing containers for stats: %w", err)
 	}
 	byID, bySandbox, err := p.runtimeStats(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var cgr *cgroupReader
+	if p.cfg.Unified && p.cfg.PodCgroup != nil {
+		if cgr, err = newCgroupReader(p.cfg.CgroupRoot, p.cfg.ProcRoot, p.cfg.SysRoot); err != nil {
+			klog.ErrorS(err, "Reading pod cgroups for stats")
+		} else {
+			defer cgr.Close()
+		}
+	}
+	rootfsDevice := ""
+	if cgr != nil && containerDev != 0 {
+		rootfsDevice = cgr.deviceName(fmt.Sprintf("%d:%d", unix.Major(containerDev), unix.Minor(containerDev)))
 	}
 	known := map[types.UID]*v1.Pod{}
 	if p.pods != nil {
@@ -238,6 +265,8 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		sandboxID string
 		created   int64
 		ready     bool
+		// cgroups are the running containers by ID, for reading their cgroups.
+		cgroups map[string]ContainerCgroup
 	}
 	acc := map[types.UID]*podAcc{}
 	var order []types.UID
@@ -273,6 +302,14 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 		}
 		name := c.GetMetadata().GetName()
 		cs := statsapi.ContainerStats{Name: name, StartTime: metav1.NewTime(time.Unix(0, c.GetCreatedAt()))}
+		var cc *ContainerCgroup
+		if cgr != nil {
+			if a.cgroups == nil {
+				a.cgroups = map[string]ContainerCgroup{}
+			}
+			cc = &ContainerCgroup{ID: c.GetId(), Name: name, StartTime: cs.StartTime.Time,
+				Image: imageOf(known[uid], name, c.GetImage().GetUserSpecifiedImage(), c.GetImage().GetImage())}
+		}
 		if s := byID[c.GetId()]; s != nil {
 			cs.Memory = criMemory(s.GetMemory(), mt)
 			cs.CPU = p.criCPU(c.GetId(), s.GetCpu(), now)
@@ -286,7 +323,13 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 				if wl.GetInodesUsed() != nil {
 					cs.Rootfs.InodesUsed = ptrTo(wl.GetInodesUsed().GetValue())
 				}
+				if cc != nil && cs.Rootfs.UsedBytes != nil {
+					cc.RootfsBytes, cc.RootfsDevice = cs.Rootfs.UsedBytes, rootfsDevice
+				}
 			}
+		}
+		if cc != nil {
+			a.cgroups[c.GetId()] = *cc
 		}
 		logDir := filepath.Join(p.cfg.PodLogsDir, fmt.Sprintf("%s_%s_%s", a.stats.PodRef.Namespace, a.stats.PodRef.Name, uid), name)
 		if used, inodes, err := p.fs.du(logDir, 0); err == nil {
@@ -296,6 +339,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 	}
 
 	out := make([]statsapi.PodStats, 0, len(order))
+	var cgs []PodCgroups
 	for _, uid := range order {
 		a := acc[uid]
 		ps := a.stats
@@ -332,12 +376,19 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev uint64) 
 						ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
 					}
 				}
+				if cgr != nil {
+					in := podCgroupInput{ref: ps.PodRef, start: ps.StartTime.Time, dir: dir, sandboxID: a.sandboxID,
+						hostNet: pod.Spec.HostNetwork, network: ps.Network, containers: a.cgroups}
+					if pc, ok := cgr.podCgroups(in); ok {
+						cgs = append(cgs, pc)
+					}
+				}
 			}
 		}
 		out = append(out, ps)
 	}
 	p.forgetCPU(seenCPU)
-	return out, nil
+	return out, cgs, nil
 }
 
 // maxSandboxStatsFailures is how many ListPodSandboxStats failures in a row

@@ -1,0 +1,372 @@
+package stats
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/cgroups"
+)
+
+// CgroupStats is one cgroup v2 reading in the units cAdvisor reports (bytes,
+// nanoseconds), for /metrics/cadvisor. A nil field was not readable.
+type CgroupStats struct {
+	// Path is the cgroup's path in the cgroup filesystem (cAdvisor's id label).
+	Path string
+	// CPUUsageNanos is cpu.stat usage_usec in nanoseconds.
+	CPUUsageNanos *uint64
+	// CFS is set only when cpu.max has a quota: cAdvisor reports throttling
+	// only for containers with a CPU limit.
+	CFS    *CFSStats
+	Memory *CgroupMemoryStats
+	// OOMKills is memory.events oom_kill (the cgroup and its descendants).
+	OOMKills *uint64
+	IO       []DeviceIO
+	// Processes counts the pids in cgroup.procs (of the cgroup and, for a pod,
+	// of its children), as cAdvisor counts processes, not pids.current's threads.
+	Processes *uint64
+}
+
+// CFSStats are cpu.stat's bandwidth counters.
+type CFSStats struct {
+	Periods, ThrottledPeriods, ThrottledNanos uint64
+}
+
+// CgroupMemoryStats is memory.current and memory.stat as cAdvisor maps them on
+// cgroup v2: RSS is anon, cache is file, the working set is usage minus
+// inactive_file.
+type CgroupMemoryStats struct {
+	Usage, WorkingSet, RSS, Cache uint64
+	// Swap is memory.swap.current; nil without swap accounting.
+	Swap *uint64
+}
+
+// DeviceIO is one io.stat line.
+type DeviceIO struct {
+	// Device is /dev/<name> as cAdvisor labels it, or "major:minor" when the
+	// device has no name under /sys/dev/block.
+	Device                string
+	ReadBytes, WriteBytes uint64
+}
+
+// PodCgroups is a pod's cgroup readings and its containers'.
+type PodCgroups struct {
+	Pod       statsapi.PodReference
+	StartTime time.Time
+	Cgroup    CgroupStats
+	// Network is the sandbox's network namespace (from the runtime, else
+	// /proc/<pid>/net/dev of a process in the pod); nil with host networking.
+	Network    []statsapi.InterfaceStats
+	Containers []ContainerCgroup
+}
+
+// ContainerCgroup is a running container's cgroup reading and identity.
+type ContainerCgroup struct {
+	ID, Name, Image string
+	StartTime       time.Time
+	Cgroup          CgroupStats
+	// RootfsBytes is the writable layer's usage from the runtime, on RootfsDevice.
+	RootfsBytes  *uint64
+	RootfsDevice string
+}
+
+// cgroupReader reads cgroup v2 files below the cgroup filesystem's root; every
+// path it opens is resolved inside that root (os.Root), as cgroup directory
+// names come from the runtime's container IDs.
+type cgroupReader struct {
+	root     *os.Root
+	procRoot string
+	sysRoot  string
+	// devNames memoizes device names by "major:minor" for one measurement.
+	devNames map[string]string
+}
+
+func newCgroupReader(cgroupRoot, procRoot, sysRoot string) (*cgroupReader, error) {
+	r, err := os.OpenRoot(cgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("opening the cgroup filesystem %s: %w", cgroupRoot, err)
+	}
+	return &cgroupReader{root: r, procRoot: procRoot, sysRoot: sysRoot, devNames: map[string]string{}}, nil
+}
+
+func (r *cgroupReader) Close() error { return r.root.Close() }
+
+// rel is a cgroup path relative to the root ("." for the root itself).
+func rel(cgroupPath string) string {
+	p := strings.TrimPrefix(path.Clean("/"+cgroupPath), "/")
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+func (r *cgroupReader) file(cgroupPath, name string) ([]byte, error) {
+	return r.root.ReadFile(rel(cgroupPath) + "/" + name)
+}
+
+// read reads the cgroup at cgroupPath; ok is false when it has neither
+// cpu.stat nor memory.current (gone, or not a cgroup).
+func (r *cgroupReader) read(cgroupPath string) (CgroupStats, bool) {
+	s := CgroupStats{Path: cgroupPath}
+	ok := false
+	if data, err := r.file(cgroupPath, "cpu.stat"); err == nil {
+		ok = true
+		kv := parseKV(data)
+		if v, found := kv["usage_usec"]; found {
+			s.CPUUsageNanos = ptrTo(v * 1000)
+		}
+		if max, err := r.file(cgroupPath, "cpu.max"); err == nil {
+			if f := strings.Fields(string(max)); len(f) > 0 && f[0] != "max" {
+				s.CFS = &CFSStats{Periods: kv["nr_periods"], ThrottledPeriods: kv["nr_throttled"], ThrottledNanos: kv["throttled_usec"] * 1000}
+			}
+		}
+	}
+	if data, err := r.file(cgroupPath, "memory.current"); err == nil {
+		if usage, err := parseUint(data); err == nil {
+			ok = true
+			var st map[string]uint64
+			if data, err := r.file(cgroupPath, "memory.stat"); err == nil {
+				st = parseKV(data)
+			}
+			m := &CgroupMemoryStats{Usage: usage, WorkingSet: satSub(usage, st["inactive_file"]), RSS: st["anon"], Cache: st["file"]}
+			if data, err := r.file(cgroupPath, "memory.swap.current"); err == nil {
+				if v, err := parseUint(data); err == nil {
+					m.Swap = &v
+				}
+			}
+			s.Memory = m
+		}
+	}
+	if data, err := r.file(cgroupPath, "memory.events"); err == nil {
+		if v, found := parseKV(data)["oom_kill"]; found {
+			s.OOMKills = &v
+		}
+	}
+	if data, err := r.file(cgroupPath, "io.stat"); err == nil {
+		s.IO = r.parseIOStat(data)
+	}
+	if pids, err := r.procs(cgroupPath); err == nil {
+		s.Processes = ptrTo(uint64(len(pids)))
+	}
+	return s, ok
+}
+
+func (r *cgroupReader) readDir(cgroupPath string) ([]os.DirEntry, error) {
+	d, err := r.root.Open(rel(cgroupPath))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
+}
+
+func (r *cgroupReader) procs(cgroupPath string) ([]int, error) {
+	data, err := r.file(cgroupPath, "cgroup.procs")
+	if err != nil {
+		return nil, err
+	}
+	return cgroups.ParseProcs(data), nil
+}
+
+// parseIOStat parses io.stat lines: "MAJ:MIN rbytes=N wbytes=N rios=N ...".
+func (r *cgroupReader) parseIOStat(data []byte) []DeviceIO {
+	var out []DeviceIO
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		d := DeviceIO{Device: r.deviceName(f[0])}
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "rbytes":
+				d.ReadBytes = n
+			case "wbytes":
+				d.WriteBytes = n
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// deviceName names a block device "major:minor" as /dev/<DEVNAME> from
+// /sys/dev/block/<major:minor>/uevent, as cAdvisor labels disks.
+func (r *cgroupReader) deviceName(majMin string) string {
+	if n, ok := r.devNames[majMin]; ok {
+		return n
+	}
+	name := majMin
+	maj, min, found := strings.Cut(majMin, ":")
+	_, err1 := strconv.ParseUint(maj, 10, 32)
+	_, err2 := strconv.ParseUint(min, 10, 32)
+	// Only numbers go into the path.
+	if found && err1 == nil && err2 == nil {
+		if data, err := os.ReadFile(r.sysRoot + "/dev/block/" + majMin + "/uevent"); err == nil {
+			for _, l := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(l, "DEVNAME="); ok && v != "" {
+					name = "/dev/" + v
+				}
+			}
+		}
+	}
+	r.devNames[majMin] = name
+	return name
+}
+
+// netDev reads the interfaces of pid's network namespace, leaving out those
+// cAdvisor ignores (loopback, the host ends of veth pairs).
+func (r *cgroupReader) netDev(pid int) ([]statsapi.InterfaceStats, error) {
+	data, err := os.ReadFile(r.procRoot + "/" + strconv.Itoa(pid) + "/net/dev")
+	if err != nil {
+		return nil, fmt.Errorf("reading the network devices of process %d: %w", pid, err)
+	}
+	return parseNetDev(data), nil
+}
+
+// parseNetDev parses /proc/<pid>/net/dev: two header lines, then
+// "name: rx_bytes rx_packets rx_errs rx_drop ... tx_bytes tx_packets tx_errs ...".
+func parseNetDev(data []byte) []statsapi.InterfaceStats {
+	var out []statsapi.InterfaceStats
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		name = strings.TrimSpace(name)
+		f := strings.Fields(rest)
+		if len(f) < 16 || name == "lo" || strings.HasPrefix(name, "veth") {
+			continue
+		}
+		n := func(i int) *uint64 {
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return nil
+			}
+			return &v
+		}
+		out = append(out, statsapi.InterfaceStats{Name: name, RxBytes: n(0), RxErrors: n(2), TxBytes: n(8), TxErrors: n(10)})
+	}
+	return out
+}
+
+// containerCgroupID is the container ID a pod cgroup's child directory is
+// named for: "<id>" (cgroupfs driver), "cri-containerd-<id>.scope",
+// "crio-<id>.scope" or "docker-<id>.scope" (systemd driver).
+func containerCgroupID(dirName string) string {
+	id := strings.TrimSuffix(dirName, ".scope")
+	for _, p := range []string{"cri-containerd-", "crio-", "docker-"} {
+		if s, ok := strings.CutPrefix(id, p); ok {
+			return s
+		}
+	}
+	return id
+}
+
+// podCgroupInput is what podCgroups needs about one pod.
+type podCgroupInput struct {
+	ref        statsapi.PodReference
+	start      time.Time
+	dir        string // the pod cgroup's path
+	sandboxID  string
+	hostNet    bool
+	network    *statsapi.NetworkStats // from the runtime, if it measured it
+	containers map[string]ContainerCgroup
+}
+
+// podCgroups reads a pod's cgroup and its running containers' (the children
+// named for their IDs) and, unless the pod uses the host's network or the
+// runtime measured it, the network of the sandbox's namespace.
+func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
+	pc := PodCgroups{Pod: in.ref, StartTime: in.start}
+	st, ok := r.read(in.dir)
+	if !ok {
+		return pc, false
+	}
+	pc.Cgroup = st
+	entries, err := r.readDir(in.dir)
+	if err != nil {
+		return pc, true
+	}
+	procs := deref(st.Processes)
+	netPID := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := containerCgroupID(e.Name())
+		child := path.Join(in.dir, e.Name())
+		if c, known := in.containers[id]; known {
+			if cs, ok := r.read(child); ok {
+				c.Cgroup = cs
+				procs += deref(cs.Processes)
+				pc.Containers = append(pc.Containers, c)
+			}
+			continue
+		}
+		pids, err := r.procs(child)
+		if err != nil {
+			continue
+		}
+		procs += uint64(len(pids))
+		// The sandbox's process holds the pod's network namespace.
+		if len(pids) > 0 && (netPID == 0 || id == in.sandboxID) {
+			netPID = pids[0]
+		}
+	}
+	pc.Cgroup.Processes = &procs
+	switch {
+	case in.hostNet:
+	case in.network != nil && len(in.network.Interfaces) > 0:
+		pc.Network = in.network.Interfaces
+	case in.network != nil && in.network.Name != "":
+		pc.Network = []statsapi.InterfaceStats{in.network.InterfaceStats}
+	default:
+		if netPID == 0 && len(pc.Containers) > 0 {
+			if pids, err := r.procs(pc.Containers[0].Cgroup.Path); err == nil && len(pids) > 0 {
+				netPID = pids[0]
+			}
+		}
+		if netPID != 0 {
+			if ifs, err := r.netDev(netPID); err == nil {
+				pc.Network = ifs
+			}
+		}
+	}
+	return pc, true
+}
+
+// imageOf is a container's image as cAdvisor labels it: the name the pod
+// asked for, else what the runtime reports.
+func imageOf(pod *v1.Pod, container, userSpecified, runtimeImage string) string {
+	if pod != nil {
+		for _, c := range pod.Spec.Containers {
+			if c.Name == container {
+				return c.Image
+			}
+		}
+		for _, c := range pod.Spec.InitContainers {
+			if c.Name == container {
+				return c.Image
+			}
+		}
+	}
+	if userSpecified != "" {
+		return userSpecified
+	}
+	return runtimeImage
+}

@@ -563,7 +563,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	apiPorts, err := newAPIServer(ctx, kc, apiServerDeps{
 		nodeName: nodeName, authClient: authClient, runtime: rt, getCertificate: serving.GetCertificate,
 		pods: loop.Pods, podStatus: statusMgr.GetPodStatus, pleg: gpleg, loop: loop,
-		metrics: reg, probeMetrics: probes.registry, summary: statsCache, clock: clk,
+		metrics: reg, probeMetrics: probes.registry, summary: statsCache, cadvisor: statsCache, clock: clk,
+		machine:           cadvisorMachine(nodeCtl.MachineInfo()),
 		showHiddenMetrics: showHidden,
 	})
 	if err != nil {

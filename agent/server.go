@@ -37,6 +37,8 @@ type apiServerDeps struct {
 	metrics        *prometheus.Registry   // served on /metrics; also gets the kubelet_http_* metrics
 	probeMetrics   prometheus.Gatherer    // served on /metrics/probes; may be nil
 	summary        server.SummaryProvider // nil: the stats endpoints answer 503
+	cadvisor       server.CadvisorSource  // nil: /metrics/cadvisor answers 503
+	machine        *server.MachineInfo    // the machine_* series of /metrics/cadvisor
 	clock          clock.WithTicker
 	// systemLogDir is what /logs/ serves; empty is the node's /var/log.
 	systemLogDir string
@@ -130,6 +132,8 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		Registerer:    d.metrics,
 		ProbeMetrics:  d.probeMetrics,
 		Summary:       d.summary,
+		Cadvisor:      d.cadvisor,
+		Machine:       d.machine,
 		Clock:         d.clock,
 	})
 	return srv.Listen(ctx)

@@ -9,8 +9,16 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/node"
+	"github.com/nodelet/nodelet/server"
 	"github.com/nodelet/nodelet/stats"
 )
+
+// cadvisorMachine is what /metrics/cadvisor's machine_* series report.
+func cadvisorMachine(mi node.MachineInfo) *server.MachineInfo {
+	return &server.MachineInfo{NumCores: mi.NumCores, MemoryCapacity: mi.MemoryCapacity,
+		MachineID: mi.MachineID, SystemUUID: mi.SystemUUID, BootID: mi.BootID}
+}
 
 // newStatsProvider measures the node and its pods for eviction and /stats/summary.
 // Pod volumes are measured in the background by vols (volumeStatsAggPeriod).

@@ -49,7 +49,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 // metricPaths are the path buckets: the handlers' root paths (and metrics/<x>), as
 // upstream; anything else is "other", so arbitrary paths cannot grow the label set.
 var metricPaths = map[string]bool{
-	"healthz": true, "pods": true, "stats": true, "metrics": true, "metrics/resource": true, "metrics/probes": true,
+	"healthz": true, "pods": true, "stats": true, "metrics": true, "metrics/resource": true, "metrics/probes": true, "metrics/cadvisor": true,
 	"containerLogs": true, "exec": true, "attach": true, "portForward": true, "run": true,
 	"logs": true, "debug": true,
 }

@@ -32,6 +32,7 @@ func (s *Server) routes(debugging bool) []route {
 		rs = append(rs, route{pattern: "GET /metrics/probes", handler: promhttp.HandlerFor(s.deps.ProbeMetrics, promhttp.HandlerOpts{})})
 	}
 	add("GET /metrics/resource", s.resourceMetrics)
+	add("GET /metrics/cadvisor", s.cadvisorMetrics)
 	add("GET /stats/summary", s.statsSummary)
 	add("POST /stats/summary", s.statsSummary)
 	if !debugging {

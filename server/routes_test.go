@@ -31,6 +31,7 @@ func upstreamSubresources() map[string][]string {
 		"GET /metrics":          {"metrics"},
 		"GET /metrics/probes":   {"metrics"},
 		"GET /metrics/resource": {"metrics"},
+		"GET /metrics/cadvisor": {"metrics"},
 		"GET /stats/summary":    {"stats"},
 		"POST /stats/summary":   {"stats"},
 

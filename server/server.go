@@ -109,7 +109,11 @@ type Deps struct {
 	ProbeMetrics prometheus.Gatherer
 	// Summary may be nil: /stats/summary and /metrics/resource then answer 503.
 	Summary SummaryProvider
-	Clock   clock.WithTicker
+	// Cadvisor may be nil: /metrics/cadvisor then answers 503. Machine, if set,
+	// gives its machine_* series.
+	Cadvisor CadvisorSource
+	Machine  *MachineInfo
+	Clock    clock.WithTicker
 	// Registerer, if set, gets the kubelet_http_* request metrics.
 	Registerer prometheus.Registerer
 }

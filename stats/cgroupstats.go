@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -78,11 +79,12 @@ type ContainerCgroup struct {
 	RootfsDevice string
 }
 
-// cgroupReader reads cgroup v2 files below the cgroup filesystem's root; every
-// path it opens is resolved inside that root (os.Root), as cgroup directory
-// names come from the runtime's container IDs.
+// cgroupReader reads cgroup v2 files below the cgroup filesystem's root. Every
+// path is resolved one component at a time from the root's descriptor with
+// O_NOFOLLOW (dirFD), as cgroup directory names come from the runtime's
+// container IDs: nothing leads outside the root and no symlink is followed.
 type cgroupReader struct {
-	root     *os.Root
+	root     dirFD
 	procRoot string
 	sysRoot  string
 	// devNames memoizes device names by "major:minor" for one measurement.
@@ -90,29 +92,93 @@ type cgroupReader struct {
 }
 
 func newCgroupReader(cgroupRoot, procRoot, sysRoot string) (*cgroupReader, error) {
-	r, err := os.OpenRoot(cgroupRoot)
+	fd, err := unix.Open(cgroupRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening the cgroup filesystem %s: %w", cgroupRoot, err)
 	}
-	return &cgroupReader{root: r, procRoot: procRoot, sysRoot: sysRoot, devNames: map[string]string{}}, nil
+	return &cgroupReader{root: dirFD(fd), procRoot: procRoot, sysRoot: sysRoot, devNames: map[string]string{}}, nil
 }
 
 func (r *cgroupReader) Close() error { return r.root.Close() }
 
-// rel is a cgroup path relative to the root ("." for the root itself).
-func rel(cgroupPath string) string {
-	p := strings.TrimPrefix(path.Clean("/"+cgroupPath), "/")
-	if p == "" {
-		return "."
+// dirFD is an open directory whose entries are opened by name, relative to
+// it, with O_NOFOLLOW: one lookup a file (resolving each file's whole path
+// from the root cost several times the reads themselves) and no symlinks.
+type dirFD int
+
+// openPath opens the directory at the slash-separated path p below d, one
+// component at a time; p is cleaned first, so ".." never reaches the kernel.
+func (d dirFD) openPath(p string) (dirFD, error) {
+	cur := d
+	for _, c := range strings.Split(strings.TrimPrefix(path.Clean("/"+p), "/"), "/") {
+		if c == "" {
+			c = "."
+		}
+		next, err := cur.open(c)
+		if cur != d {
+			cur.Close()
+		}
+		if err != nil {
+			return -1, fmt.Errorf("opening cgroup %s: %w", p, err)
+		}
+		cur = next
 	}
-	return p
+	return cur, nil
 }
+
+// open opens the directory name in d.
+func (d dirFD) open(name string) (dirFD, error) {
+	fd, err := unix.Openat(int(d), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "openat", Path: name, Err: err}
+	}
+	return dirFD(fd), nil
+}
+
+// ReadFile reads the file name in d (cgroup files are small: a few reads).
+func (d dirFD) ReadFile(name string) ([]byte, error) {
+	fd, err := unix.Openat(int(d), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 1024)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: name, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// ReadDir lists d.
+func (d dirFD) ReadDir() ([]os.DirEntry, error) {
+	fd, err := unix.Openat(int(d), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: ".", Err: err}
+	}
+	f := os.NewFile(uintptr(fd), ".")
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+func (d dirFD) Close() error { return unix.Close(int(d)) }
 
 // read reads the cgroup whose directory is dir and whose path is
 // cgroupPath; ok is false when it has neither cpu.stat nor memory.current
 // (gone, or not a cgroup). Files are opened relative to dir, one lookup each:
 // resolving the whole path in the root for every file cost 15x the reads.
-func (r *cgroupReader) read(dir *os.Root, cgroupPath string) (CgroupStats, bool) {
+func (r *cgroupReader) read(dir dirFD, cgroupPath string) (CgroupStats, bool) {
 	s := CgroupStats{Path: cgroupPath}
 	ok := false
 	if data, err := dir.ReadFile("cpu.stat"); err == nil {
@@ -157,21 +223,12 @@ func (r *cgroupReader) read(dir *os.Root, cgroupPath string) (CgroupStats, bool)
 	return s, ok
 }
 
-func procs(dir *os.Root) ([]int, error) {
+func procs(dir dirFD) ([]int, error) {
 	data, err := dir.ReadFile("cgroup.procs")
 	if err != nil {
 		return nil, err
 	}
 	return cgroups.ParseProcs(data), nil
-}
-
-func readDir(dir *os.Root) ([]os.DirEntry, error) {
-	d, err := dir.Open(".")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return d.ReadDir(-1)
 }
 
 // parseIOStat parses io.stat lines: "MAJ:MIN rbytes=N wbytes=N rios=N ...".
@@ -291,7 +348,7 @@ type podCgroupInput struct {
 // runtime measured it, the network of the sandbox's namespace.
 func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 	pc := PodCgroups{Pod: in.ref, StartTime: in.start}
-	podDir, err := r.root.OpenRoot(rel(in.dir))
+	podDir, err := r.root.openPath(in.dir)
 	if err != nil {
 		return pc, false
 	}
@@ -301,15 +358,15 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 		return pc, false
 	}
 	pc.Cgroup = st
-	entries, err := readDir(podDir)
+	entries, err := podDir.ReadDir()
 	if err != nil {
 		return pc, true
 	}
 	nprocs := deref(st.Processes)
 	netPID := 0
-	var netDir *os.Root // a container's, when no other process is found
+	netDir := dirFD(-1) // a container's, when no other process is found
 	defer func() {
-		if netDir != nil {
+		if netDir >= 0 {
 			netDir.Close()
 		}
 	}()
@@ -317,7 +374,7 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 		if !e.IsDir() {
 			continue
 		}
-		child, err := podDir.OpenRoot(e.Name())
+		child, err := podDir.open(e.Name())
 		if err != nil {
 			continue
 		}
@@ -327,11 +384,11 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 				c.Cgroup = cs
 				nprocs += deref(cs.Processes)
 				pc.Containers = append(pc.Containers, c)
-				if netDir == nil && deref(cs.Processes) > 0 {
-					netDir, child = child, nil
+				if netDir < 0 && deref(cs.Processes) > 0 {
+					netDir, child = child, -1
 				}
 			}
-			if child != nil {
+			if child >= 0 {
 				child.Close()
 			}
 			continue
@@ -355,7 +412,7 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 	case in.network != nil && in.network.Name != "":
 		pc.Network = []statsapi.InterfaceStats{in.network.InterfaceStats}
 	default:
-		if netPID == 0 && netDir != nil {
+		if netPID == 0 && netDir >= 0 {
 			if pids, err := procs(netDir); err == nil && len(pids) > 0 {
 				netPID = pids[0]
 			}

@@ -142,3 +142,35 @@ func BenchmarkSnapshot110Pods(b *testing.B) {
 		})
 	}
 }
+
+// TestPodCgroupsFollowNoSymlinks: a container's cgroup directory (named for
+// a runtime ID) or file that is a symlink is not read through.
+func TestPodCgroupsFollowNoSymlinks(t *testing.T) {
+	p, nd := fakeNodeProvider(t, 1)
+	podDir := filepath.Join(nd.CgroupRoot, statstest.PodCgroupPath(nd.Pods[0]))
+	ctrDir := filepath.Join(podDir, "cri-containerd-"+statstest.ContainerID(0)+".scope")
+	outside := t.TempDir()
+	statstest.WriteCgroup(t, outside, "/", statstest.ContainerCgroup)
+	if err := os.RemoveAll(ctrDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, ctrDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(podDir, "memory.current")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "memory.current"), filepath.Join(podDir, "memory.current")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := p.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Cgroups) != 1 {
+		t.Fatalf("cgroups = %+v, want the pod (its cpu.stat is real)", snap.Cgroups)
+	}
+	if pc := snap.Cgroups[0]; len(pc.Containers) != 0 || pc.Cgroup.Memory != nil {
+		t.Errorf("read through symlinks: containers %+v, pod memory %+v", pc.Containers, pc.Cgroup.Memory)
+	}
+}

@@ -100,8 +100,8 @@ func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 		ns, pod := pc.Pod.Namespace, pc.Pod.Name
 		// The pod's cgroup: container, image and name empty; its network is
 		// the sandbox's namespace.
-		c.series(ch, snap.Time, pc.StartTime, &pc.Cgroup, []string{"", pc.Cgroup.Path, "", "", ns, pod})
 		labels := []string{"", pc.Cgroup.Path, "", "", ns, pod}
+		c.series(ch, snap.Time, pc.StartTime, &pc.Cgroup, labels)
 		for _, ifc := range pc.Network {
 			if ifc.RxBytes != nil {
 				c.emit(ch, snap.Time, cadvisorNetRx, prometheus.CounterValue, float64(*ifc.RxBytes), labels, ifc.Name)

@@ -156,7 +156,22 @@ func TestDevicePlugin(t *testing.T) {
 	// nodelet restarts (and removes the plugin's socket, as upstream): the pod
 	// keeps running with its device; the plugin registers again.
 	before := l.wait(ctx, t, pod.Name, time.Second, "", func(*v1.Pod) bool { return true })
+	regSock := filepath.Join(p.dir, "kubelet.sock")
+	oldReg, err := os.Stat(regSock)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.Restart()
+	// The node may still be Ready from before the restart: wait for the new nodelet's
+	// registration socket (it clears the directory first), as a plugin watching it does,
+	// before the plugin comes back.
+	err = framework.WaitFor(ctx, 2*time.Minute, "the restarted nodelet's registration socket", func(context.Context) (bool, error) {
+		fi, err := os.Stat(regSock)
+		return err == nil && !os.SameFile(fi, oldReg), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.WaitForNodeReady(ctx, 2*time.Minute)
 	p.stop()
 	p.start(t)

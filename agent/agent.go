@@ -790,9 +790,16 @@ func newClientsForConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfig
 	return client, heartbeat, nil
 }
 
+// eventCorrelatorCacheSize bounds each of the event correlator's caches (aggregation,
+// spam filter, repeat counts). client-go's default, 4096 keys each, held about 4 KiB per
+// churned pod until full: a node that ran a thousand short pods kept ~4 MiB of heap (and
+// ~15 MiB of RSS) for events of pods long gone. A node has at most a few hundred pods
+// with a handful of event keys each, so 1024 keeps every live pod's repeats counted.
+const eventCorrelatorCacheSize = 1024
+
 // newRecorder records events to the API server, or only logs them in standalone mode.
 func newRecorder(client kubernetes.Interface, nodeName string) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster()
+	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorCacheSize}))
 	b.StartStructuredLogging(3)
 	if client != nil {
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	checkpointsum "github.com/nodelet/nodelet/internal/checkpoint"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/dump"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/periodic"
@@ -71,20 +70,12 @@ type checkpointData struct {
 	Entries map[types.UID]PodResourceInfo `json:"entries,omitempty"`
 }
 
-// checksum is upstream's checkpoint checksum: FNV-32a over the spew dump of
-// the data string (k8s.io/utils/dump.ForHash), so files stay interchangeable.
-func checksum(data string) uint64 {
-	h := fnv.New32a()
-	_, _ = fmt.Fprintf(h, "%v", dump.ForHash(data))
-	return uint64(h.Sum32())
-}
-
 func encode(pods map[types.UID]PodResourceInfo) ([]byte, uint64, error) {
 	data, err := json.Marshal(checkpointData{Entries: pods})
 	if err != nil {
 		return nil, 0, fmt.Errorf("serializing pod resources for checkpointing: %w", err)
 	}
-	cp := checkpoint{Data: string(data), Checksum: checksum(string(data))}
+	cp := checkpoint{Data: string(data), Checksum: checkpointsum.Checksum(string(data))}
 	blob, err := json.Marshal(cp)
 	if err != nil {
 		return nil, 0, fmt.Errorf("serializing the pod resources checkpoint: %w", err)
@@ -97,7 +88,7 @@ func decode(blob []byte) (map[types.UID]PodResourceInfo, uint64, error) {
 	if err := json.Unmarshal(blob, &cp); err != nil {
 		return nil, 0, err
 	}
-	if got := checksum(cp.Data); got != cp.Checksum {
+	if got := checkpointsum.Checksum(cp.Data); got != cp.Checksum {
 		return nil, 0, fmt.Errorf("checkpoint is corrupted: checksum %d, expected %d", got, cp.Checksum)
 	}
 	var data checkpointData

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/periodic"
 	"path/filepath"
 	"sync"
 	"time"
@@ -189,16 +190,7 @@ func (m *Manager) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	t := m.clock.NewTicker(m.cfg.ReconcilePeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			m.Reconcile(ctx)
-		}
-	}
+	periodic.Every(ctx, m.clock, m.cfg.ReconcilePeriod, m.Reconcile)
 }
 
 // Reconcile releases the CPUs of pods no longer active and gives every

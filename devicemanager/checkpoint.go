@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"github.com/nodelet/nodelet/internal/checkpoint"
 	"os"
-
-	"k8s.io/utils/dump"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
 )
@@ -38,19 +36,12 @@ type checkpointFile struct {
 	Checksum uint64
 }
 
-// checksum is FNV-32a over the data as upstream's checkpoints hash it.
-func checksum(data []byte) uint64 {
-	h := fnv.New32a()
-	_, _ = fmt.Fprintf(h, "%v", dump.ForHash(string(data)))
-	return uint64(h.Sum32())
-}
-
 func writeCheckpoint(path string, d checkpointData) error {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("serializing the device checkpoint: %w", err)
 	}
-	blob, err := json.Marshal(checkpointFile{Data: data, Checksum: checksum(data)})
+	blob, err := json.Marshal(checkpointFile{Data: data, Checksum: checkpoint.Checksum(string(data))})
 	if err != nil {
 		return fmt.Errorf("serializing the device checkpoint: %w", err)
 	}
@@ -76,7 +67,7 @@ func readCheckpoint(path string) (checkpointData, error) {
 	if err := json.Unmarshal(blob, &f); err != nil {
 		return checkpointData{}, fmt.Errorf("%w: %s: %w", errCorrupt, path, err)
 	}
-	if got := checksum(f.Data); got != f.Checksum {
+	if got := checkpoint.Checksum(string(f.Data)); got != f.Checksum {
 		return checkpointData{}, fmt.Errorf("%w: %s is corrupted: checksum %d, expected %d", errCorrupt, path, got, f.Checksum)
 	}
 	var d checkpointData

@@ -27,9 +27,10 @@
 #   fuzz targets                     420s (hack/fuzz.sh: each target FUZZTIME, default 15s;
 #                                         317-404s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
-#   rig up                           120s (21s on 2026-12-06)
-#   e2e tests                       1150s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
-#                                         PLEG included)
+#   rig up                            90s (21s on 2026-12-06)
+#   e2e tests                       1180s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
+#                                         PLEG included; the CPU manager, device plugin and
+#                                         leaked-task tests added ~45s on 2026-12-07)
 #   chaos tests                      740s (all eight fault-suite tests with CI counts; 653s in a
 #                                         CI run on 2026-12-06; TestNodeletKilledMidBurst 29-46s)
 #   vm test                          320s (291s on 2026-12-06)
@@ -134,12 +135,12 @@ if [[ "${SKIP_E2E:-0}" == 1 ]]; then
 	exit 0
 fi
 
-section "rig up" 120
+section "rig up" 90
 RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests" 1150
+section "e2e tests" 1180
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...

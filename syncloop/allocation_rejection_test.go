@@ -8,8 +8,10 @@ import (
 
 type smtError struct{}
 
-func (smtError) Error() string { return "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2" }
-func (smtError) Type() string  { return "SMTAlignmentError" }
+func (smtError) Error() string {
+	return "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2"
+}
+func (smtError) Type() string { return "SMTAlignmentError" }
 
 // A resource manager's allocation error becomes upstream's admission rejection: the SMT
 // alignment error by its own reason and message (unwrapped), any other as unexpected.

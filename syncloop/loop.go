@@ -552,7 +552,18 @@ func (l *Loop) admittedPods(exclude types.UID) []*v1.Pod {
 	defer l.mu.Unlock()
 	var out []*v1.Pod
 	for uid, w := range l.workers {
-		if p := l.pods[uid]; p != nil && uid != exclude && (w.rec.State == stateSync || w.rec.State == stateTerminating) {
+		p := l.pods[uid]
+		if p == nil || uid == exclude {
+			continue
+		}
+		// A pod in a terminal phase (in the API, or as this node last set it) uses nothing
+		// unless it is still being stopped, as upstream's filterOutInactivePods. After a
+		// restart its worker may still be syncing or terminating it: then it counts only
+		// while the runtime runs something of it (upstream's known-terminated pods).
+		if l.admittedPodTerminal(p) && (w.rec.State == stateSync || !l.runtimeRuns(uid)) {
+			continue
+		}
+		if w.rec.State == stateSync || w.rec.State == stateTerminating {
 			// Admitted pods count at their allocated resources, not their spec's.
 			if l.deps.Allocations.HasAllocation(uid) {
 				p, _ = l.deps.Allocations.UpdatePodFromAllocation(p)
@@ -563,6 +574,22 @@ func (l *Loop) admittedPods(exclude types.UID) []*v1.Pod {
 	// Map order must not decide ties in admission (which pods a critical pod preempts).
 	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
 	return out
+}
+
+// admittedPodTerminal: the pod's phase is terminal in the API or in the status this node
+// set (upstream's isAdmittedPodTerminal).
+func (l *Loop) admittedPodTerminal(p *v1.Pod) bool {
+	if podutil.IsTerminal(p.Status.Phase) {
+		return true
+	}
+	st, ok := l.deps.Status.GetPodStatus(p.UID)
+	return ok && podutil.IsTerminal(st.Phase)
+}
+
+// runtimeRuns: the runtime cache shows a running container or a ready sandbox of the pod.
+func (l *Loop) runtimeRuns(uid types.UID) bool {
+	st, _ := l.deps.Cache.Get(uid)
+	return st != nil && anyRunning(st)
 }
 
 // admitNode is the node as admission judges it: its own facts, with the Node

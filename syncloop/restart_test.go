@@ -3,6 +3,7 @@ package syncloop
 import (
 	"context"
 	"errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -247,5 +248,24 @@ func TestRunningPodSkipsDeviceAdmissionFailureAfterRestart(t *testing.T) {
 	}
 	if st, ok := s.status.GetPodStatus(fresh.UID); !ok || st.Phase != v1.PodFailed || st.Reason != "UnexpectedAdmissionError" {
 		t.Errorf("a new pod without devices: status %+v, want Failed/UnexpectedAdmissionError", st)
+	}
+}
+
+// After a restart the API holds a pod rejected (Failed) before it: it uses nothing and must
+// not count against the pods admitted after it, even before its worker has found it terminal
+// (CI: a running pod was refused OutOf<resource> for a rejected pod's request).
+func TestTerminalPodDoesNotCountAtAdmission(t *testing.T) {
+	s := newStepLoop(t)
+	rejected := newPod("uid-rejected", "greedy")
+	rejected.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
+	rejected.Status.Phase = v1.PodFailed
+	rejected.Status.Reason = "OutOfcpu"
+	running := newPod("uid-running", "running")
+	running.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}
+
+	s.add(rejected)
+	s.add(running)
+	if st, ok := s.status.GetPodStatus(running.UID); ok && st.Phase == v1.PodFailed {
+		t.Errorf("a pod that fits was rejected after a terminal pod: %s %q", st.Reason, st.Message)
 	}
 }

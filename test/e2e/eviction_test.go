@@ -173,8 +173,14 @@ func TestEvictionReclaimsUnusedImagesFirst(t *testing.T) {
 	run(filepath.Join(f.Env.RigDir, "bin", "mkimage"), "-kind", "pause", "-bin", blob, "-name", filler, "-o", tar)
 	run(f.Env.Ctr, "images", "import", tar)
 	t.Cleanup(func() { _ = exec.Command(f.Env.Ctr, "images", "rm", filler).Run() })
-	if tags, _ := f.CRI.ImageTags(ctx); !slices.Contains(tags, filler) {
-		t.Fatalf("imported %s but the runtime lists %v", filler, tags)
+	// containerd's CRI image store learns of an image ctr imported from its event stream,
+	// a moment later: wait for it rather than read it once.
+	var tags []string
+	if err := framework.WaitFor(ctx, 30*time.Second, "the imported image in CRI's list", func(ctx context.Context) (bool, error) {
+		tags, _ = f.CRI.ImageTags(ctx)
+		return slices.Contains(tags, filler), nil
+	}); err != nil {
+		t.Fatalf("imported %s but the runtime lists %v: %v", filler, tags, err)
 	}
 
 	n := startNode(t, f, framework.NodeletOptions{Config: func(c *kubeletconfigv1beta1.KubeletConfiguration) {

@@ -64,10 +64,13 @@ var errPolicyMismatch = errors.New("policy mismatch")
 
 // decodeCheckpoint parses a checkpoint written for policy. A different
 // policy is refused: the assignments cannot be carried across policies.
+// errCorrupt marks a checkpoint that does not decode or fails its checksum.
+var errCorrupt = errors.New("corrupt checkpoint")
+
 func decodeCheckpoint(policy string, b []byte) (State, error) {
 	var c checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
-		return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w", err)
+		return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w: %w", errCorrupt, err)
 	}
 	if c.PolicyName != policy {
 		return State{}, fmt.Errorf("configured policy %q differs from state checkpoint policy %q: %w", policy, c.PolicyName, errPolicyMismatch)
@@ -77,7 +80,7 @@ func decodeCheckpoint(policy string, b []byte) (State, error) {
 		return State{}, err
 	}
 	if c.Checksum != want {
-		return State{}, fmt.Errorf("checkpoint is corrupted: checksum %d, want %d", c.Checksum, want)
+		return State{}, fmt.Errorf("checkpoint is corrupted: checksum %d, want %d: %w", c.Checksum, want, errCorrupt)
 	}
 	def, err := cpuset.Parse(c.DefaultCPUSet)
 	if err != nil {

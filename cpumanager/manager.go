@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/periodic"
 	"path/filepath"
 	"sync"
@@ -62,6 +63,14 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 	m := &Manager{cfg: cfg, rt: rt, running: running, active: active, clock: clk, applied: map[string]cpuset.CPUSet{}, stale: map[string]bool{}}
 	path := m.checkpointPath()
 	s, ok, err := readCheckpoint(path, cfg.Policy)
+	if errors.Is(err, errCorrupt) && cfg.Static == nil {
+		// Under policy none the checkpoint holds no assignment: a corrupt one loses
+		// nothing, so it is set aside and the node starts (a static one still refuses, as
+		// upstream: its assignments are unknown).
+		aside, serr := atomicfile.SetAside(path, clk.Now())
+		klog.ErrorS(err, "Ignoring a corrupt CPU manager checkpoint under policy none", "path", path, "setAsideTo", aside, "setAsideErr", serr)
+		s, ok, err = State{}, false, nil
+	}
 	if err == nil && ok && cfg.Static != nil {
 		err = cfg.Static.ValidateState(s)
 	}

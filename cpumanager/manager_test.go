@@ -285,3 +285,37 @@ func TestManagerAdmitSharedPoolWritesNothing(t *testing.T) {
 		t.Errorf("an exclusive assignment was not checkpointed: %v", err)
 	}
 }
+
+// Under policy none a corrupt checkpoint loses nothing: it is set aside and the manager
+// starts (the fault suite's corrupt-state scenario); under static it is refused.
+func TestCorruptCheckpointUnderNoneIsSetAside(t *testing.T) {
+	for _, content := range []string{"", "\x00\x00garbage"} {
+		root := t.TempDir()
+		path := filepath.Join(root, CheckpointFile)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Config{Policy: PolicyNone, RootDir: root}, &fakeRuntime{}, nil, nil, testclock.NewFakeClock(time.Now())); err != nil {
+			t.Fatalf("policy none with checkpoint %q: %v", content, err)
+		}
+		ents, _ := os.ReadDir(root)
+		var aside bool
+		for _, e := range ents {
+			aside = aside || strings.Contains(e.Name(), CheckpointFile+".corrupt-")
+		}
+		if !aside {
+			t.Errorf("checkpoint %q not set aside; dir has %v", content, ents)
+		}
+
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewStaticPolicy(mustTopology(t, fixtureOneSocketTwoCores(t)), mustParse(t, "0"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Config{Policy: PolicyStatic, Static: p, RootDir: root}, &fakeRuntime{}, nil, nil, testclock.NewFakeClock(time.Now())); err == nil {
+			t.Errorf("static with checkpoint %q started", content)
+		}
+	}
+}

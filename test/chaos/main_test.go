@@ -337,7 +337,9 @@ func whyNotRunning(ctx context.Context, c *framework.CRIClient, ctr *runtimeapi.
 		return fmt.Sprintf(", status: %v", err)
 	}
 	s := st.GetStatus()
-	return fmt.Sprintf(", exit %d %s: %q", s.GetExitCode(), s.GetReason(), s.GetMessage())
+	// StartedAt tells a container that ran (then died or was lost) from a start cut off
+	// (StartedAt 0), which nodelet replaces without counting a restart.
+	return fmt.Sprintf(", exit %d %s: %q, startedAt %d", s.GetExitCode(), s.GetReason(), s.GetMessage(), s.GetStartedAt())
 }
 
 func short(id string) string {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -238,7 +236,7 @@ func (m *Manager) validate(req *pluginapi.RegisterRequest) error {
 	if !supported {
 		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", req.Version, pluginapi.Version)
 	}
-	if !isExtendedResourceName(req.ResourceName) {
+	if !podutil.IsExtendedResourceName(v1.ResourceName(req.ResourceName)) {
 		return fmt.Errorf("the ResourceName %q is invalid", req.ResourceName)
 	}
 	// The endpoint is a socket directly in our directory: no path, no link.
@@ -253,15 +251,6 @@ func (m *Manager) validate(req *pluginapi.RegisterRequest) error {
 		return fmt.Errorf("device plugin endpoint %q is not a socket", req.Endpoint)
 	}
 	return nil
-}
-
-// isExtendedResourceName: outside kubernetes.io/ and a valid qualified name,
-// as upstream's v1helper.IsExtendedResourceName.
-func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.Contains(name, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(name, v1.DefaultResourceRequestsPrefix) {
-		return false
-	}
-	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+name)) == 0
 }
 
 // runEndpoint connects to the plugin and follows its ListAndWatch until the

@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -209,7 +208,7 @@ func resourceShortages(pod *v1.Pod, admitted []*v1.Pod, allocatable v1.ResourceL
 	}
 	req := fitRequests(pod)
 	for name := range req {
-		if _, advertised := allocatable[name]; !advertised && isExtendedResourceName(name) {
+		if _, advertised := allocatable[name]; !advertised && podutil.IsExtendedResourceName(name) {
 			delete(req, name)
 		}
 	}
@@ -267,24 +266,11 @@ func schedulerValue(name v1.ResourceName, q resource.Quantity) int64 {
 	return q.Value()
 }
 
-// isNativeResourceName: unprefixed, or in the kubernetes.io/ namespace.
-func isNativeResourceName(name v1.ResourceName) bool {
-	return !strings.Contains(string(name), "/") || strings.Contains(string(name), v1.ResourceDefaultNamespacePrefix)
-}
-
-// isExtendedResourceName: a resource outside kubernetes.io/ that a quota could name.
-func isExtendedResourceName(name v1.ResourceName) bool {
-	if isNativeResourceName(name) || strings.HasPrefix(string(name), v1.DefaultResourceRequestsPrefix) {
-		return false
-	}
-	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+string(name))) == 0
-}
-
 // isScalarResourceName: a resource the scheduler counts beside cpu, memory and
 // ephemeral-storage.
 func isScalarResourceName(name v1.ResourceName) bool {
 	s := string(name)
-	return isExtendedResourceName(name) || strings.HasPrefix(s, v1.ResourceHugePagesPrefix) ||
+	return podutil.IsExtendedResourceName(name) || strings.HasPrefix(s, v1.ResourceHugePagesPrefix) ||
 		strings.Contains(s, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(s, v1.ResourceAttachableVolumesPrefix)
 }
 

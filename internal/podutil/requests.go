@@ -1,7 +1,10 @@
 package podutil
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
@@ -60,4 +63,18 @@ func RequestsOf(r *v1.ResourceRequirements) v1.ResourceList {
 		out[k] = q.DeepCopy()
 	}
 	return out
+}
+
+// isNativeResourceName: unprefixed, or in the kubernetes.io/ namespace.
+func isNativeResourceName(name v1.ResourceName) bool {
+	return !strings.Contains(string(name), "/") || strings.Contains(string(name), v1.ResourceDefaultNamespacePrefix)
+}
+
+// IsExtendedResourceName: a resource outside kubernetes.io/ that a quota could name
+// (upstream's v1helper.IsExtendedResourceName): what device plugins may advertise.
+func IsExtendedResourceName(name v1.ResourceName) bool {
+	if isNativeResourceName(name) || strings.HasPrefix(string(name), v1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+string(name))) == 0
 }

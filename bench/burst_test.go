@@ -92,6 +92,7 @@ func TestBurst(t *testing.T) {
 	own.Store(0)
 	req0 := apiRequests(t, ctx, f)
 	_, cpu0 := procStats(t, n.Pid())
+	split0 := mustSampleCPU(t, n.Pid())
 	start := time.Now()
 	createErrs := concurrently(names, func(name string) error {
 		p := sleepPod(f, ns, name)
@@ -115,6 +116,7 @@ func TestBurst(t *testing.T) {
 	}, createErrs)
 	allReady := time.Since(start)
 	_, cpu1 := procStats(t, n.Pid())
+	printCPUSplit(fmt.Sprintf("burst pods=%d start", count), split0, mustSampleCPU(t, n.Pid()), allReady)
 	time.Sleep(settle) // status writes the agent still had queued belong to the start
 	req1 := apiRequests(t, ctx, f)
 	ownStart := own.Load()
@@ -143,6 +145,7 @@ func TestBurst(t *testing.T) {
 	own.Store(0)
 	req2 := apiRequests(t, ctx, f)
 	_, cpu2 := procStats(t, n.Pid())
+	split2 := mustSampleCPU(t, n.Pid())
 	start = time.Now()
 	sbCtx, stopSB := context.WithCancel(ctx)
 	runtimeGone := watchSandboxes(sbCtx, f.CRI, ns, start)
@@ -163,6 +166,7 @@ func TestBurst(t *testing.T) {
 	}, deleteErrs)
 	goneAPI := time.Since(start)
 	_, cpu3 := procStats(t, n.Pid())
+	printCPUSplit(fmt.Sprintf("burst pods=%d delete", count), split2, mustSampleCPU(t, n.Pid()), goneAPI)
 	time.Sleep(settle)
 	req3 := apiRequests(t, ctx, f)
 	ownDelete := own.Load()
@@ -332,6 +336,7 @@ func TestBurstCRIFloor(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("BENCH_FLOOR_CONCURRENCY")); err == nil && n > 0 {
 		conc = n
 	}
+	split0 := mustSampleCPU(t, 0)
 	start := time.Now()
 	for err := range concurrentlyN(conc, names, func(name string) error {
 		t0 := time.Now()
@@ -347,6 +352,7 @@ func TestBurstCRIFloor(t *testing.T) {
 		t.Error(err)
 	}
 	allStarted := time.Since(start)
+	printCPUSplit(fmt.Sprintf("floor pods=%d start", count), split0, mustSampleCPU(t, 0), allStarted)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -367,6 +373,7 @@ func TestBurstCRIFloor(t *testing.T) {
 	fmt.Printf("BENCH floor pods=%d RunPodSandbox->StartContainer done p50=%v p90=%v p99=%v\n", count,
 		percentile(lat, .5).Round(time.Millisecond), percentile(lat, .9).Round(time.Millisecond), percentile(lat, .99).Round(time.Millisecond))
 
+	split1 := mustSampleCPU(t, 0)
 	start = time.Now()
 	for err := range concurrently(names, func(name string) error {
 		id := sandboxes[name] // read-only now
@@ -381,6 +388,7 @@ func TestBurstCRIFloor(t *testing.T) {
 		t.Error(err)
 	}
 	allRemoved := time.Since(start)
+	printCPUSplit(fmt.Sprintf("floor pods=%d remove", count), split1, mustSampleCPU(t, 0), allRemoved)
 	sbs, err := f.CRI.PodSandboxes(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

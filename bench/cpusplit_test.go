@@ -118,7 +118,7 @@ func printCPUSplit(prefix string, a, b cpuSample, wall time.Duration) {
 		parts = append(parts, fmt.Sprintf("%s %.2fs", n, d.Seconds()))
 	}
 	total := b.machine - a.machine
-	parts = append(parts, fmt.Sprintf("other (runc, CNI, shims that exited, kernel) %.2fs", (total - named).Seconds()))
+	parts = append(parts, fmt.Sprintf("other (runc, CNI, shims that exited, kernel) %.2fs", (total-named).Seconds()))
 	fmt.Printf("BENCH %s CPU split over %v: machine %.2fs of %.2fs (2 cores; niced %.2fs not counted): %s\n",
 		prefix, wall.Round(time.Millisecond), total.Seconds(), 2*wall.Seconds(), (b.niced - a.niced).Seconds(), strings.Join(parts, ", "))
 }

@@ -93,6 +93,7 @@ func TestBurst(t *testing.T) {
 	req0 := apiRequests(t, ctx, f)
 	_, cpu0 := procStats(t, n.Pid())
 	split0 := mustSampleCPU(t, n.Pid())
+	profiled := profileAgent(t, ctx, cs, f.Env.NodeName)
 	start := time.Now()
 	createErrs := concurrently(names, func(name string) error {
 		p := sleepPod(f, ns, name)
@@ -117,6 +118,7 @@ func TestBurst(t *testing.T) {
 	allReady := time.Since(start)
 	_, cpu1 := procStats(t, n.Pid())
 	printCPUSplit(fmt.Sprintf("burst pods=%d start", count), split0, mustSampleCPU(t, n.Pid()), allReady)
+	<-profiled
 	time.Sleep(settle) // status writes the agent still had queued belong to the start
 	req1 := apiRequests(t, ctx, f)
 	ownStart := own.Load()
@@ -188,6 +190,38 @@ func TestBurst(t *testing.T) {
 	} else {
 		fmt.Printf("BENCH burst pods=%d deleted at once: %d sandboxes still in the runtime after %v\n", count, rt.left, runtimeWait)
 	}
+}
+
+// profileAgent writes a CPU profile of the node agent's next BENCH_PROFILE_SECONDS (default
+// 30) to BENCH_PROFILE, if set, fetched through the API server's nodes/proxy as an operator
+// would (both agents serve /debug/pprof with enableProfilingHandler, on by default). The
+// channel is closed when the profile is written or failed (logged, the bench goes on).
+func profileAgent(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	out := os.Getenv("BENCH_PROFILE")
+	if out == "" {
+		close(done)
+		return done
+	}
+	secs := os.Getenv("BENCH_PROFILE_SECONDS")
+	if _, err := strconv.Atoi(secs); err != nil {
+		secs = "30"
+	}
+	go func() {
+		defer close(done)
+		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/debug/pprof/profile").
+			Param("seconds", secs).Timeout(2 * time.Minute).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(out, b, 0o644)
+		}
+		if err != nil {
+			t.Logf("CPU profile of the agent: %v", err)
+			return
+		}
+		t.Logf("CPU profile of the agent's %ss from the burst's start: %s", secs, out)
+	}()
+	return done
 }
 
 // printTimeline prints where the burst's time went: when the API server had answered

@@ -6,6 +6,7 @@
 #   BENCH_PODS=50 bash bench/compare.sh
 #   BENCH_RUN=TestCSIMount bash bench/compare.sh   # CSI claim pods (10), test driver of the rig
 #   BENCH_RUN='TestBurst$' bash bench/compare.sh   # 110 pods at once (BENCH_PODS); floor: TestBurstCRIFloor
+#   BENCH_RUN='TestBurst$' BENCH_PROFILE=/tmp/burst bash bench/compare.sh  # + each agent's CPU profile: /tmp/burst.<agent>.pprof
 #   BENCH_RUN=TestDensity bash bench/compare.sh    # 250 pods running (BENCH_DENSITY_PODS): footprint, relist, /stats/summary
 #   BENCH_RUN=TestEventLatency bash bench/compare.sh  # kill -> pod status, generic and evented PLEG (BENCH_KILLS)
 # After both agents it runs the run's runtime floor once (TestPodStartupCRIFloor, TestBurstCRIFloor;
@@ -32,7 +33,7 @@ for name in nodelet kubelet; do
 	[ -n "${bins[$name]:-}" ] || continue
 	echo "=== $name (${bins[$name]}) load average: $(cat /proc/loadavg)"
 	# TestDensity takes ~5 min an agent on 2 cores, more on a loaded machine.
-	NODELET_BIN=${bins[$name]} go test -tags bench -count=1 -timeout 20m -v -run "$RUN" ./bench/ |
+	NODELET_BIN=${bins[$name]} BENCH_PROFILE=${BENCH_PROFILE:+$BENCH_PROFILE.$name.pprof} go test -tags bench -count=1 -timeout 20m -v -run "$RUN" ./bench/ |
 		grep -E '^BENCH|FAIL|_test\.go:[0-9]+:' | sed "s/^BENCH /$name: /" ||
 		echo "=== $name: go test failed (above); going on with the next" # the other agent's figures still count
 done

@@ -24,7 +24,8 @@ var startCutMarks = []string{"context canceled", "ttrpc: closed", "transport is 
 // its start was cut off, not because of anything in the container: left CREATED
 // (the caller stopped between CreateContainer and StartContainer), or EXITED
 // without ever starting with containerd's StartError for a cancelled call or its
-// Unknown for a start the restarted runtime lost. Such an attempt is no restart
+// Unknown for a start the restarted runtime lost, or UNKNOWN with neither a creation
+// nor a start time (the runtime lost its creation). Such an attempt is no restart
 // of the container: the agent replaces it and reuses its attempt number, so a
 // pod started across a crash of nodelet or the runtime ends with one container
 // and restart count 0, as if nothing had happened.
@@ -32,6 +33,13 @@ func StartWasCut(c *runtimeapi.ContainerStatus) bool {
 	switch c.GetState() {
 	case runtimeapi.ContainerState_CONTAINER_CREATED:
 		return true
+	case runtimeapi.ContainerState_CONTAINER_UNKNOWN:
+		// containerd killed inside CreateContainer: restarted, it finds the container
+		// without the status its creation would have written and reports it UNKNOWN
+		// with no creation or start time (it sets a start time when it finds its
+		// task running). Removing it stops it first (containerd force-stops UNKNOWN
+		// containers on removal).
+		return c.GetCreatedAt() == 0 && c.GetStartedAt() == 0
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
 	default:
 		return false

@@ -16,6 +16,7 @@ func TestStartWasCut(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		state     runtimeapi.ContainerState
+		createdAt int64
 		startedAt int64
 		reason    string
 		message   string
@@ -23,7 +24,10 @@ func TestStartWasCut(t *testing.T) {
 	}{
 		{name: "created, never started", state: created, want: true},
 		{name: "running", state: running, startedAt: 1},
-		{name: "unknown state", state: unknown},
+		{name: "unknown state of a container created and started", state: unknown, createdAt: 1, startedAt: 2},
+		{name: "unknown state, found running by the restarted runtime", state: unknown, startedAt: 2},
+		{name: "unknown state of a container created but not started", state: unknown, createdAt: 1},
+		{name: "creation lost by a restarted runtime (no status, no task)", state: unknown, want: true},
 		{name: "start cancelled by the caller going away", state: exited, reason: "StartError",
 			message: "failed to create containerd task: failed to create shim task: context canceled", want: true},
 		{name: "shim connection lost with the runtime", state: exited, reason: "StartError",
@@ -37,7 +41,7 @@ func TestStartWasCut(t *testing.T) {
 		{name: "never started, other reason", state: exited, reason: "Error", message: "context canceled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &runtimeapi.ContainerStatus{State: tc.state, StartedAt: tc.startedAt, Reason: tc.reason, Message: tc.message}
+			c := &runtimeapi.ContainerStatus{State: tc.state, CreatedAt: tc.createdAt, StartedAt: tc.startedAt, Reason: tc.reason, Message: tc.message}
 			if got := StartWasCut(c); got != tc.want {
 				t.Errorf("StartWasCut = %v, want %v", got, tc.want)
 			}

@@ -499,14 +499,24 @@ func TestCutStartIgnoresBackOff(t *testing.T) {
 		{"lost start", startLost, true},
 		{"own start failure", startFailed, false},
 		{"crash", exited(1), false},
+		{"creation lost by a restarted runtime (UNKNOWN, no times)", unknown, true},
 	} {
 		f := f
 		f.st = &pleg.PodStatus{Sandboxes: f.st.Sandboxes}
 		f = f.add("app", tc.state)
-		f.st.Containers[0].FinishedAt = clk.Now().UnixNano()
+		if tc.state.state == runtimeapi.ContainerState_CONTAINER_UNKNOWN {
+			f.st.Containers[0].CreatedAt = 0 // what containerd reports when it lost the creation
+		} else {
+			f.st.Containers[0].FinishedAt = clk.Now().UnixNano()
+		}
 		a := ComputeActions(f.pod, f.st, bo, clk.Now())
 		if got := len(a.StartContainers) == 1; got != tc.start {
 			t.Errorf("%s: started %v, want %v (actions %+v)", tc.name, got, tc.start, a)
+		}
+		if tc.start && len(a.KillContainers) > 0 {
+			// The start removes it first (containerd force-stops an UNKNOWN one on removal);
+			// a kill would leave it EXITED beside its replacement as a restart.
+			t.Errorf("%s: killed %v, want it replaced by the start", tc.name, a.KillContainers)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -189,7 +190,17 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 
 	reg := newMetricsRegistry(nodeName, cgroupMode)
-	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg)
+	tracer, err := newTracerProvider(ctx, kc.Tracing, hostname)
+	if err != nil {
+		return nil, err
+	}
+	if tracer != nil {
+		// Added before the runtime client: it closes after it, with the
+		// spans of the last CRI calls.
+		a.addCloser("tracer provider", func() error { return shutdownTracer(tracer) })
+		logger.Info("Tracing pod syncs and CRI calls", "endpoint", ptr.Deref(kc.Tracing.Endpoint, "localhost:4317"), "samplingRatePerMillion", ptr.Deref(kc.Tracing.SamplingRatePerMillion, 0))
+	}
+	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg, tracer)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +516,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Actuated:        actuated,
 		EventsInUse:     eventsInUse(epleg),
 		Devices:         devices,
+		TracerProvider:  tracer,
 	})
 	a.synced = loop.Synced()
 
@@ -727,10 +739,15 @@ func eventsInUse(e *pleg.Evented) func() bool {
 
 func podsDir(root string) string { return root + "/pods" }
 
-func connectRuntime(ctx context.Context, endpoint, imageEndpoint string, timeout time.Duration, reg prometheus.Registerer) (*cri.Client, error) {
+// connectRuntime connects to the runtime; a nil tp leaves the CRI calls untraced.
+func connectRuntime(ctx context.Context, endpoint, imageEndpoint string, timeout time.Duration, reg prometheus.Registerer, tp trace.TracerProvider) (*cri.Client, error) {
+	opts := []cri.Option{cri.WithMetrics(reg)}
+	if tp != nil {
+		opts = append(opts, cri.WithTracerProvider(tp))
+	}
 	deadline := time.Now().Add(maxWaitForContainerRuntime)
 	for {
-		c, err := cri.New(ctx, endpoint, imageEndpoint, timeout, cri.WithMetrics(reg))
+		c, err := cri.New(ctx, endpoint, imageEndpoint, timeout, opts...)
 		if err == nil {
 			return c, nil
 		}

@@ -180,7 +180,7 @@ func FieldRules() []FieldRule {
 		r("memoryReservationPolicy", "nodelet does not build memory reservation tiers: only memoryReservationPolicy None is supported"),
 		w("registerWithTaints", "node.TestRegisterCreatesNode"),
 		w("registerNode", "node.TestRegisterNodeFalse"),
-		r("tracing", "nodelet does not export OpenTelemetry traces"),
+		w("tracing", "agent.TestBuildRunStopTracing"),
 		w("localStorageCapacityIsolation", "agent.TestEvictionConfigLocalStorageCapacityIsolation"),
 		w("containerRuntimeEndpoint", "agent.TestRunStopsStagesInOrderThenCloses"),
 		w("imageServiceEndpoint", "agent.TestRunStopsStagesInOrderThenCloses"),

@@ -207,9 +207,9 @@ func TestRefuseUnbuilt(t *testing.T) {
 		{name: "nested wired field", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.UserNamespaces.IDsPerPod = ptr.To[int64](2 * 65536)
 		}},
-		{name: "pointer struct", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
-			kc.Tracing = &tracingapi.TracingConfiguration{}
-		}, want: []string{"tracing"}},
+		{name: "wired pointer struct", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.Tracing = &tracingapi.TracingConfiguration{SamplingRatePerMillion: ptr.To[int32](100)}
+		}},
 		{name: "bool set against a default-false feature", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.RunOnce = true
 			kc.EnableControllerAttachDetach = ptr.To(false)

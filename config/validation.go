@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	tracingapi "k8s.io/component-base/tracing/api/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
@@ -62,6 +63,11 @@ func Validate(kc *kubeletconfigv1beta1.KubeletConfiguration) error {
 		v.errs = append(v.errs, err)
 	}
 	for _, e := range logsapi.Validate(&kc.Logging, gates.logging(), field.NewPath("logging")) {
+		v.add(e.Field, "%s", e.ErrorBody())
+	}
+	// Upstream's checks: a sampling rate within [0, 1000000] and an endpoint
+	// that gRPC can dial. The feature gate argument is unused by the library.
+	for _, e := range tracingapi.ValidateTracingConfiguration(kc.Tracing, nil, field.NewPath("tracing")) {
 		v.add(e.Field, "%s", e.ErrorBody())
 	}
 	// Fields whose feature nodelet does not build, set to something else

@@ -8,7 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	tracingapi "k8s.io/component-base/tracing/api/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 )
 
 func validConfig() *kubeletconfigv1beta1.KubeletConfiguration {
@@ -30,6 +32,13 @@ func TestValidate(t *testing.T) {
 		{"image gc low not below high", func(c *kc) { c.ImageGCLowThresholdPercent = int32p(85) }, "imageGCLowThresholdPercent: must be less than imageGCHighThresholdPercent (85)"},
 		{"image max age not above min", func(c *kc) { c.ImageMaximumGCAge = dur(time.Minute) }, "imageMaximumGCAge: must be greater than imageMinimumGCAge"},
 		{"image max age above min", func(c *kc) { c.ImageMaximumGCAge = dur(time.Hour) }, ""},
+		{"tracing defaults", func(c *kc) { c.Tracing = &tracingapi.TracingConfiguration{} }, ""},
+		{"tracing rate and endpoint", func(c *kc) {
+			c.Tracing = &tracingapi.TracingConfiguration{Endpoint: ptr.To("collector.example:4317"), SamplingRatePerMillion: int32p(1000000)}
+		}, ""},
+		{"tracing rate above a million", func(c *kc) { c.Tracing = &tracingapi.TracingConfiguration{SamplingRatePerMillion: int32p(1000001)} }, "tracing.samplingRatePerMillion: Invalid value: 1000001"},
+		{"tracing negative rate", func(c *kc) { c.Tracing = &tracingapi.TracingConfiguration{SamplingRatePerMillion: int32p(-1)} }, "tracing.samplingRatePerMillion: Invalid value: -1"},
+		{"tracing endpoint with an unknown scheme", func(c *kc) { c.Tracing = &tracingapi.TracingConfiguration{Endpoint: ptr.To("http://collector:4317")} }, "tracing.endpoint: Invalid value: \"http://collector:4317\": unsupported scheme: http"},
 		{"port zero", func(c *kc) { c.Port = 0 }, "port: must be between 1 and 65535"},
 		{"port too large", func(c *kc) { c.Port = 70000 }, "port: must be between 1 and 65535"},
 		{"read-only port invalid", func(c *kc) { c.ReadOnlyPort = -1 }, "readOnlyPort:"},

@@ -14,11 +14,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"k8s.io/component-base/tracing"
 	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -46,11 +50,21 @@ type Option func(*clientOptions)
 
 type clientOptions struct {
 	registerer prometheus.Registerer
+	tracer     trace.TracerProvider
 }
 
 // WithMetrics registers the kubelet_runtime_operations_* metrics on reg.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return func(o *clientOptions) { o.registerer = reg }
+}
+
+// WithTracerProvider makes a span of every CRI call, a child of the span in
+// the call's context, and sends the trace context to the runtime in the
+// call's metadata (W3C traceparent and baggage), as upstream's CRI client
+// does when tracing is on. Without it no handler is installed: upstream
+// adds the instrumentation only when tracing is enabled.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *clientOptions) { o.tracer = tp }
 }
 
 // Client talks CRI v1 to a container runtime. It is safe for concurrent use.
@@ -82,13 +96,13 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 		imageEndpoint = runtimeEndpoint
 	}
 	c := &Client{runtimeEndpoint: runtimeEndpoint, imageEndpoint: imageEndpoint, timeout: timeout}
-	conn, err := dial(runtimeEndpoint)
+	conn, err := dial(runtimeEndpoint, o.tracer)
 	if err != nil {
 		return nil, err
 	}
 	c.runtimeConn, c.imageConn = conn, conn
 	if imageEndpoint != runtimeEndpoint {
-		if c.imageConn, err = dial(imageEndpoint); err != nil {
+		if c.imageConn, err = dial(imageEndpoint, o.tracer); err != nil {
 			_ = conn.Close()
 			return nil, err
 		}
@@ -149,7 +163,7 @@ func socketPath(endpoint string) (string, error) {
 	return p, nil
 }
 
-func dial(endpoint string) (*grpc.ClientConn, error) {
+func dial(endpoint string, tp trace.TracerProvider) (*grpc.ClientConn, error) {
 	path, err := socketPath(endpoint)
 	if err != nil {
 		return nil, err
@@ -157,7 +171,20 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("container runtime socket %s (endpoint %s) is not usable: is containerd running? %w", path, endpoint, err)
 	}
-	conn, err := grpc.NewClient("unix://"+path,
+	var traced []grpc.DialOption
+	if tp != nil {
+		traced = append(traced, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tp),
+			// Explicit, so that neither comes from OTel's globals: the
+			// global propagator is a no-op and nodelet's metrics are
+			// Prometheus's, not OTel's. W3C trace context and baggage,
+			// as upstream.
+			otelgrpc.WithPropagators(tracing.Propagators()),
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelgrpc.WithMessageEvents(otelgrpc.ReceivedEvents, otelgrpc.SentEvents),
+		)))
+	}
+	conn, err := grpc.NewClient("unix://"+path, append(traced,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("localhost"),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize)),
@@ -170,7 +197,7 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 			},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("creating gRPC client for container runtime at %s: %w", endpoint, err)
 	}

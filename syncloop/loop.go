@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -166,6 +168,10 @@ type Deps struct {
 	// Devices, when set, allocates device plugin resources to a pod at
 	// admission (devicemanager.Manager).
 	Devices DeviceAllocator
+	// TracerProvider, when set, traces each pod operation (span "syncPod",
+	// "syncTerminatingPod" or "syncTerminatedPod", as upstream); the
+	// runtime's calls made under it are its children. Nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // DeviceAllocator gives an admitted pod's containers their devices; active
@@ -190,6 +196,7 @@ type Loop struct {
 	lastIter  time.Time
 	iterMu    sync.Mutex
 	metrics   *metrics
+	tracer    trace.Tracer
 	workersWG sync.WaitGroup
 	relistNow chan struct{}
 	// resizeRetry asks for a retry of the pending resizes (see requestResizeRetry).
@@ -220,8 +227,13 @@ func New(cfg Config, deps Deps) *Loop {
 	if deps.Allocations == nil {
 		deps.Allocations = allocation.NewManager(allocation.NewMemoryState(), cgroups.ResourceOptions{}, deps.Recorder, deps.Clock)
 	}
+	tp := deps.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
 	return &Loop{
 		cfg: cfg, deps: deps,
+		tracer:      tp.Tracer(InstrumentationScope),
 		pods:        map[types.UID]*v1.Pod{},
 		workers:     map[types.UID]*worker{},
 		synced:      make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -161,12 +162,18 @@ func (l *Loop) spawn(w *worker, run *opRun) {
 	}()
 }
 
-func (l *Loop) runOp(w *worker, run *opRun) opResult {
+func (l *Loop) runOp(w *worker, run *opRun) (res opResult) {
 	u, _ := l.snapshot(w)
 	logger := klog.FromContext(run.ctx).WithValues("pod", klog.KObj(u.pod), "podUID", w.uid)
 	ctx := klog.NewContext(run.ctx, logger)
+	if name := spanName(run.op); name != "" {
+		var span trace.Span
+		ctx, span = l.tracer.Start(ctx, name, trace.WithAttributes(podSpanAttributes(u.pod)...))
+		defer func() { endSpan(span, res.Err) }()
+	}
 	switch run.op {
 	case opSync:
+		// The probe workers' context carries no span: they outlive this sync.
 		return l.runSync(ctx, klog.NewContext(w.base, logger), w, u)
 	case opKill:
 		return l.runKill(ctx, w, run.grace)

@@ -22,6 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -68,9 +69,11 @@ type Runtime struct {
 	private    map[string]*runtimeapi.AuthConfig // repository → the credential it accepts
 	names      map[string]string                 // reserved sandbox/container names → ID
 	calls      []string
-	injected   map[string][]error
-	delays     map[string]time.Duration
-	execFn     func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
+	// traceparents are the W3C traceparent headers the calls carried, by method.
+	traceparents map[string][]string
+	injected     map[string][]error
+	delays       map[string]time.Duration
+	execFn       func(containerID string, cmd []string) (stdout, stderr []byte, exitCode int32)
 	// subscribers are the open GetContainerEvents streams, each with the
 	// channel that ends it (BreakEventStreams).
 	subscribers map[chan *runtimeapi.ContainerEventResponse]chan error
@@ -135,14 +138,15 @@ func New(t testing.TB) *Runtime {
 			runtimeapi.RuntimeReady: {Type: runtimeapi.RuntimeReady, Status: true},
 			runtimeapi.NetworkReady: {Type: runtimeapi.NetworkReady, Status: true},
 		},
-		sandboxes:   map[string]*fakeSandbox{},
-		containers:  map[string]*fakeContainer{},
-		images:      map[string]*runtimeapi.Image{},
-		private:     map[string]*runtimeapi.AuthConfig{},
-		names:       map[string]string{},
-		injected:    map[string][]error{},
-		delays:      map[string]time.Duration{},
-		subscribers: map[chan *runtimeapi.ContainerEventResponse]chan error{},
+		sandboxes:    map[string]*fakeSandbox{},
+		containers:   map[string]*fakeContainer{},
+		images:       map[string]*runtimeapi.Image{},
+		private:      map[string]*runtimeapi.AuthConfig{},
+		names:        map[string]string{},
+		traceparents: map[string][]string{},
+		injected:     map[string][]error{},
+		delays:       map[string]time.Duration{},
+		subscribers:  map[chan *runtimeapi.ContainerEventResponse]chan error{},
 	}
 	sock := filepath.Join(dir, "cri.sock")
 	lis, err := net.Listen("unix", sock)
@@ -197,6 +201,14 @@ func (f *Runtime) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
+}
+
+// TraceParents returns the W3C traceparent headers that the calls of method
+// carried, in order (none from a client that propagates no trace context).
+func (f *Runtime) TraceParents(method string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.traceparents[method])
 }
 
 // EventSubscribers is how many GetContainerEvents streams are open server-side.
@@ -370,6 +382,8 @@ func methodName(fullMethod string) string {
 func (f *Runtime) before(ctx context.Context, method string) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, method)
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.traceparents[method] = append(f.traceparents[method], md.Get("traceparent")...)
 	d := f.delays[method]
 	var err error
 	if q := f.injected[method]; len(q) > 0 {

@@ -190,6 +190,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 
 	reg := newMetricsRegistry(nodeName, cgroupMode)
+	a.metrics = reg
 	tracer, err := newTracerProvider(ctx, kc.Tracing, hostname)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"k8s.io/klog/v2"
 )
 
@@ -13,6 +15,8 @@ type agent struct {
 	closers []closer
 	// synced is closed once the pod sources synced (the sync loop's Synced).
 	synced <-chan struct{}
+	// metrics is the registry /metrics serves.
+	metrics *prometheus.Registry
 }
 
 // component is one part of nodelet in the run phase. run blocks until ctx ends and

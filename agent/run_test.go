@@ -207,6 +207,12 @@ func TestBuildRunStopEventedPLEG(t *testing.T) {
 
 // buildRunStop returns the fake runtime it ran on.
 func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...string) *fakecri.Runtime {
+	return buildRunStopWhile(t, configure, nil, wantClosers...)
+}
+
+// buildRunStopWhile is buildRunStop that calls running, when not nil, once
+// the static pod is probed and before the stop.
+func buildRunStopWhile(t *testing.T, configure func(*config.Options), running func(*agent), wantClosers ...string) *fakecri.Runtime {
 	bus := dbustest.Start(t, 30*time.Second)
 	t.Setenv(envSystemBus, bus.Addr())
 	t.Setenv(envLogindDropIn, bus.DropIn)
@@ -251,6 +257,9 @@ func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...
 		case <-time.After(30 * time.Second):
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+	if running != nil {
+		running(a)
 	}
 	j.add("stop")
 	cancel()

@@ -118,33 +118,43 @@ func registered(t *testing.T, reg *prometheus.Registry) map[string]string {
 // on the fake runtime until its static pod is probed, parses it with expfmt
 // and checks it against testdata/metrics.golden, written from the kubelet's
 // documented metrics: every registered family is listed with its label
-// names and no listed family is missing (but those another configuration
-// registers, marked when=), every scraped family has the listed type; and lints the exposition: HELP on every family, counters named
+// names and no listed family is missing (those of another configuration,
+// marked when=, are checked in theirs), every scraped family has the listed
+// type; and lints the exposition: HELP on every family, counters named
 // _total (but upstream's own names), no series twice, histograms with buckets.
 func TestMetricsGolden(t *testing.T) {
-	var (
-		families map[string]*dto.MetricFamily
-		regd     map[string]string
-	)
-	var port int32
-	buildRunStopWhile(t, func(opts *config.Options) {
-		port = freePort(t)
-		opts.Config.ReadOnlyPort = port
-	}, func(a *agent) {
-		families = scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-		regd = registered(t, a.metrics)
-	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
-
 	golden := readMetricsGolden(t)
-	if os.Getenv("NODELET_WRITE_METRICS") != "" {
-		for _, name := range slices.Sorted(maps.Keys(regd)) {
-			typ := "?"
-			if f, ok := families[name]; ok {
-				typ = strings.ToLower(f.GetType().String())
-			}
-			fmt.Printf("%s\t%s\t%s\n", name, typ, regd[name])
-		}
+	for _, tc := range []struct {
+		when      string
+		configure func(*config.Options)
+	}{
+		{when: ""},
+		{when: "EventedPLEG", configure: func(opts *config.Options) { opts.Config.FeatureGates = map[string]bool{"EventedPLEG": true} }},
+	} {
+		t.Run("when="+tc.when, func(t *testing.T) {
+			var (
+				families map[string]*dto.MetricFamily
+				regd     map[string]string
+				port     int32
+			)
+			buildRunStopWhile(t, func(opts *config.Options) {
+				port = freePort(t)
+				opts.Config.ReadOnlyPort = port
+				if tc.configure != nil {
+					tc.configure(opts)
+				}
+			}, func(a *agent) {
+				families = scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+				regd = registered(t, a.metrics)
+			}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+			checkGolden(t, golden, tc.when, regd, families)
+		})
 	}
+}
+
+// checkGolden checks what one configuration (when) registered and exposed.
+func checkGolden(t *testing.T, golden map[string]goldenMetric, when string, regd map[string]string, families map[string]*dto.MetricFamily) {
+	t.Helper()
 	for _, name := range slices.Sorted(maps.Keys(regd)) {
 		g, ok := golden[name]
 		switch {
@@ -152,10 +162,12 @@ func TestMetricsGolden(t *testing.T) {
 			t.Errorf("%s (labels %q) is registered but not in %s: check it against upstream's and list it", name, regd[name], metricsGolden)
 		case g.labels != regd[name]:
 			t.Errorf("%s has labels %q, golden %q", name, regd[name], g.labels)
+		case g.when != "" && g.when != when:
+			t.Errorf("%s is registered without %s", name, g.when)
 		}
 	}
 	for name, g := range golden {
-		if _, ok := regd[name]; !ok && g.when == "" {
+		if _, ok := regd[name]; !ok && (g.when == "" || g.when == when) {
 			t.Errorf("%s is in %s but not registered", name, metricsGolden)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // The /metrics/resource families, with upstream's names and help texts.
@@ -24,6 +25,8 @@ var (
 		"Current working set of the container in bytes", []string{"container", "pod", "namespace"}, nil)
 	containerSwapDesc = prometheus.NewDesc("container_swap_usage_bytes",
 		"Current amount of the container swap usage in bytes. Reported only on non-windows systems", []string{"container", "pod", "namespace"}, nil)
+	containerSwapLimitDesc = prometheus.NewDesc("container_swap_limit_bytes",
+		"Current amount of the container swap limit in bytes. Reported only on non-windows systems", []string{"container", "pod", "namespace"}, nil)
 	containerStartDesc = prometheus.NewDesc("container_start_time_seconds",
 		"Start time of the container since unix epoch in seconds", []string{"container", "pod", "namespace"}, nil)
 	podCPUDesc = prometheus.NewDesc("pod_cpu_usage_seconds_total",
@@ -51,7 +54,7 @@ type resourceCollector struct {
 
 func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{nodeCPUDesc, nodeMemoryDesc, nodeSwapDesc, containerCPUDesc, containerMemoryDesc,
-		containerSwapDesc, containerStartDesc, podCPUDesc, podMemoryDesc, podSwapDesc, resourceScrapeErrorDesc} {
+		containerSwapDesc, containerSwapLimitDesc, containerStartDesc, podCPUDesc, podMemoryDesc, podSwapDesc, resourceScrapeErrorDesc} {
 		ch <- d
 	}
 	if c.showHidden {
@@ -104,6 +107,11 @@ func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if ct.Swap != nil && ct.Swap.SwapUsageBytes != nil {
 				emit(containerSwapDesc, prometheus.GaugeValue, ct.Swap.Time.Time, float64(*ct.Swap.SwapUsageBytes), ct.Name, name, ns)
+			}
+			if ct.Swap != nil && ct.Swap.SwapAvailableBytes != nil {
+				// Upstream's limit is what is used plus what is still available.
+				limit := float64(*ct.Swap.SwapAvailableBytes) + float64(ptr.Deref(ct.Swap.SwapUsageBytes, 0))
+				emit(containerSwapLimitDesc, prometheus.GaugeValue, ct.Swap.Time.Time, limit, ct.Name, name, ns)
 			}
 		}
 		if p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {

@@ -419,7 +419,8 @@ func TestMetricsResource(t *testing.T) {
 			Memory: &statsv1alpha1.MemoryStats{Time: at, WorkingSetBytes: ptr.To[uint64](512)},
 			Containers: []statsv1alpha1.ContainerStats{{Name: "c", StartTime: start,
 				CPU:    &statsv1alpha1.CPUStats{Time: at, UsageCoreNanoSeconds: ptr.To[uint64](500_000_000)},
-				Memory: &statsv1alpha1.MemoryStats{Time: at, WorkingSetBytes: ptr.To[uint64](256)}}},
+				Memory: &statsv1alpha1.MemoryStats{Time: at, WorkingSetBytes: ptr.To[uint64](256)},
+				Swap:   &statsv1alpha1.SwapStats{Time: at, SwapUsageBytes: ptr.To[uint64](100), SwapAvailableBytes: ptr.To[uint64](900)}}},
 		}},
 	}
 	w := get(t, newTestServer(t, Deps{Summary: fakeSummary{sum: sum}}).Handler(), "/metrics/resource")
@@ -434,6 +435,9 @@ func TestMetricsResource(t *testing.T) {
 		`container_cpu_usage_seconds_total{container="c",namespace="ns",pod="web"} 0.5 1700000000000`,
 		`container_memory_working_set_bytes{container="c",namespace="ns",pod="web"} 256 1700000000000`,
 		`container_start_time_seconds{container="c",namespace="ns",pod="web"} 1.6999990005e+09 1699999000500`,
+		`container_swap_usage_bytes{container="c",namespace="ns",pod="web"} 100 1700000000000`,
+		"# TYPE container_swap_limit_bytes gauge",
+		`container_swap_limit_bytes{container="c",namespace="ns",pod="web"} 1000 1700000000000`,
 		`pod_cpu_usage_seconds_total{namespace="ns",pod="web"} 1 1700000000000`,
 		`pod_memory_working_set_bytes{namespace="ns",pod="web"} 512 1700000000000`,
 		"resource_scrape_error 0",

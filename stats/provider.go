@@ -175,7 +175,7 @@ func (p *Provider) Snapshot(ctx context.Context) (*Snapshot, error) {
 		containerDev = rootDev
 	}
 
-	pods, cgs, err := p.podStats(ctx, now, rootDev, containerDev)
+	pods, cgs, err := p.podStats(ctx, now, podFs{node: &nodeFs, container: containerFs, rootDev: rootDev, containerDev: containerDev})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,16 @@ func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time
 
 // podStats lists the pods' containers and their usage, and reads the cgroups
 // of those nodelet knows (cgroup v2).
-func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev, containerDev uint64) ([]statsapi.PodStats, []PodCgroups, error) {
+// podFs are the filesystems the pods' usage is on: nodefs (logs, volumes,
+// /etc/hosts) and the containers' writable layers' (nil: the runtime did not
+// say), with their devices.
+type podFs struct {
+	node, container       *statsapi.FsStats
+	rootDev, containerDev uint64
+}
+
+func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]statsapi.PodStats, []PodCgroups, error) {
+	rootDev, containerDev := fs.rootDev, fs.containerDev
 	sandboxes, err := p.rt.ListPodSandbox(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing pod sandboxes for stats: %w", err)
@@ -316,7 +325,8 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev, contain
 			cs.Swap = criSwap(s.GetSwap(), mt)
 			seenCPU[c.GetId()] = true
 			if wl := s.GetWritableLayer(); wl != nil {
-				cs.Rootfs = &statsapi.FsStats{Time: mt}
+				// The size and free space are the writable layers' filesystem's, as upstream.
+				cs.Rootfs = sizedAs(statsapi.FsStats{Time: mt}, fs.container)
 				if wl.GetUsedBytes() != nil {
 					cs.Rootfs.UsedBytes = ptrTo(wl.GetUsedBytes().GetValue())
 				}
@@ -333,7 +343,8 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev, contain
 		}
 		logDir := filepath.Join(p.cfg.PodLogsDir, fmt.Sprintf("%s_%s_%s", a.stats.PodRef.Namespace, a.stats.PodRef.Name, uid), name)
 		if used, inodes, err := p.fs.du(logDir, 0); err == nil {
-			cs.Logs = &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+			// Upstream gives the logs nodefs's size and free space.
+			cs.Logs = sizedAs(statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}, fs.node)
 		}
 		a.stats.Containers = append(a.stats.Containers, cs)
 	}
@@ -353,7 +364,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, rootDev, contain
 		}
 		ps.Memory = sumMemory(ps.Containers, mt)
 		ps.CPU = sumCPU(ps.Containers, mt)
-		ps.EphemeralStorage = ephemeral(ps, known[uid], p.etcHostsStats(uid, mt), mt)
+		ps.EphemeralStorage = sizedAs(*ephemeral(ps, known[uid], p.etcHostsStats(uid, mt), mt), fs.node)
 		// The runtime's pod stats measure the pod cgroup, which also counts the
 		// sandbox and tmpfs pages; without them nodelet reads the pod cgroup itself.
 		fromRuntime := false
@@ -562,6 +573,24 @@ func ephemeral(ps statsapi.PodStats, pod *v1.Pod, etcHosts *statsapi.FsStats, mt
 	}
 	add(etcHosts)
 	return &statsapi.FsStats{Time: mt, UsedBytes: &used, InodesUsed: &inodes}
+}
+
+// sizedAs returns usage with the size and free space (bytes and inodes) of
+// the filesystem it is on; of nil (not measured) leaves them unset.
+func sizedAs(usage statsapi.FsStats, of *statsapi.FsStats) *statsapi.FsStats {
+	if of != nil {
+		// Copies: each summary entry owns its numbers.
+		usage.CapacityBytes, usage.AvailableBytes = clonePtr(of.CapacityBytes), clonePtr(of.AvailableBytes)
+		usage.Inodes, usage.InodesFree = clonePtr(of.Inodes), clonePtr(of.InodesFree)
+	}
+	return &usage
+}
+
+func clonePtr(v *uint64) *uint64 {
+	if v == nil {
+		return nil
+	}
+	return ptrTo(*v)
 }
 
 // isLocalEphemeralVolume reports whether a volume takes node disk for the pod's

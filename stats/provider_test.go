@@ -346,13 +346,23 @@ func TestSwapStats(t *testing.T) {
 	}
 }
 
-// mapFs is a filesystem of fixed sizes: du answers from sizes, readDir from dirs.
+// mapFs is a filesystem of fixed sizes: du answers from sizes, readDir from
+// dirs, statfs from mounts (a 1 GiB filesystem, device 1, for other paths).
 type mapFs struct {
-	sizes map[string]uint64
-	dirs  map[string][]string
+	sizes  map[string]uint64
+	dirs   map[string][]string
+	mounts map[string]mountedFs
 }
 
-func (m mapFs) statfs(string) (statsapi.FsStats, uint64, error) {
+type mountedFs struct {
+	fs  statsapi.FsStats
+	dev uint64
+}
+
+func (m mapFs) statfs(path string) (statsapi.FsStats, uint64, error) {
+	if mf, ok := m.mounts[path]; ok {
+		return mf.fs, mf.dev, nil
+	}
 	return statsapi.FsStats{CapacityBytes: ptrTo[uint64](1 << 30), AvailableBytes: ptrTo[uint64](1 << 29)}, 1, nil
 }
 
@@ -435,6 +445,68 @@ func TestEphemeralStorageCountsLocalEphemeralVolumes(t *testing.T) {
 				t.Errorf("volume stats = %d entries, want all 5", len(ps.VolumeStats))
 			}
 		})
+	}
+}
+
+// TestEphemeralStorageSizes: as upstream, a container's rootfs has the size
+// and free space (bytes and inodes) of the writable layers' filesystem, its
+// logs and the pod's ephemeral storage those of nodefs.
+func TestEphemeralStorageSizes(t *testing.T) {
+	const root, logs, layers = "/root", "/logs", "/var/lib/containerd"
+	fsOf := func(capacity, avail, inodes, free uint64) statsapi.FsStats {
+		return statsapi.FsStats{CapacityBytes: &capacity, AvailableBytes: &avail, UsedBytes: ptrTo(capacity - avail),
+			Inodes: &inodes, InodesFree: &free, InodesUsed: ptrTo(inodes - free)}
+	}
+	mfs := mapFs{
+		sizes: map[string]uint64{logs + "/ns_a_uid-a/app": 50},
+		mounts: map[string]mountedFs{
+			root:   {fs: fsOf(100<<30, 60<<30, 1000, 600), dev: 1},
+			layers: {fs: fsOf(500<<30, 200<<30, 5000, 2000), dev: 2},
+		},
+	}
+	rt := &fakeRuntime{
+		sandboxes: []*runtimeapi.PodSandbox{{Id: "sb", Metadata: &runtimeapi.PodSandboxMetadata{Name: "a", Namespace: "ns", Uid: "uid-a"}, State: runtimeapi.PodSandboxState_SANDBOX_READY}},
+		containers: []*runtimeapi.Container{{Id: "c", PodSandboxId: "sb", Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+			State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: map[string]string{cri.LabelPodUID: "uid-a"}}},
+		stats: []*runtimeapi.ContainerStats{{Attributes: &runtimeapi.ContainerAttributes{Id: "c"},
+			WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: u64(4000), InodesUsed: u64(3)}}},
+		imageFs: &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{
+			{FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: layers}, UsedBytes: u64(7 << 30), InodesUsed: u64(900)}}},
+	}
+	p := New(Config{RootDir: root, PodLogsDir: logs, ProcRoot: t.TempDir()}, rt, nil, clocktesting.NewFakeClock(time.Unix(2000, 0)))
+	p.fs = mfs
+	snap, err := p.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Summary.Pods) != 1 || len(snap.Summary.Pods[0].Containers) != 1 {
+		t.Fatalf("pods = %+v", snap.Summary.Pods)
+	}
+	ps := snap.Summary.Pods[0]
+	c := ps.Containers[0]
+	type sizes struct{ capacity, avail, inodes, free, used, inodesUsed uint64 }
+	sizesOf := func(fs *statsapi.FsStats) sizes {
+		if fs == nil {
+			return sizes{}
+		}
+		return sizes{deref(fs.CapacityBytes), deref(fs.AvailableBytes), deref(fs.Inodes), deref(fs.InodesFree), deref(fs.UsedBytes), deref(fs.InodesUsed)}
+	}
+	for _, tc := range []struct {
+		what string
+		got  *statsapi.FsStats
+		want sizes
+	}{
+		{"container rootfs (the layers' filesystem)", c.Rootfs, sizes{500 << 30, 200 << 30, 5000, 2000, 4000, 3}},
+		{"container logs (nodefs)", c.Logs, sizes{100 << 30, 60 << 30, 1000, 600, 50, 1}},
+		{"pod ephemeral storage (nodefs)", ps.EphemeralStorage, sizes{100 << 30, 60 << 30, 1000, 600, 4000 + 50, 3 + 1}},
+	} {
+		if got := sizesOf(tc.got); got != tc.want {
+			t.Errorf("%s: capacity, available, inodes, inodes free, used, inodes used = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	// The node's own figures are untouched by the copies.
+	if got := *snap.Summary.Node.Fs.UsedBytes; got != 40<<30 {
+		t.Errorf("nodefs used = %d, want %d", got, uint64(40<<30))
 	}
 }
 

@@ -28,6 +28,9 @@ func TestFeatureGates(t *testing.T) {
 			refused: map[string]string{"NodeSwap": "cannot set feature gate NodeSwap to false, feature is locked to true"}},
 		{name: "locked gate at its lock", gates: map[string]bool{"NodeSwap": true, "DynamicResourceAllocation": true},
 			enabled: map[string]bool{"NodeSwap": true}},
+		// Tracing follows the tracing field alone: the gate is GA and locked on.
+		{name: "KubeletTracing cannot be turned off", gates: map[string]bool{"KubeletTracing": false},
+			refused: map[string]string{"KubeletTracing": "cannot set feature gate KubeletTracing to false, feature is locked to true"}},
 		{name: "alpha feature nodelet lacks", gates: map[string]bool{"ContainerStopSignals": true},
 			refused: map[string]string{"ContainerStopSignals": "nodelet does not build ContainerStopSignals (container stop signals"}},
 		{name: "EventedPLEG is honoured", gates: map[string]bool{"EventedPLEG": true},

@@ -8,19 +8,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/spantest"
 )
 
 // TestTracerProviderSpansAndPropagates: with a tracer provider each CRI call
 // is a client span, child of the caller's span, and the runtime receives that
 // span's W3C trace context; without one the runtime receives none.
 func TestTracerProviderSpansAndPropagates(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	defer func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	tp, exp := spantest.New(t)
 	f := fakecri.New(t)
 	c := newTestClient(t, f, 0, WithTracerProvider(tp))
 

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/spantest"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
 )
@@ -22,13 +21,7 @@ import (
 // syncTerminatedPod) under the kubelet's instrumentation scope, each with the
 // pod's attributes.
 func TestPodLifeIsTraced(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	defer func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	tp, exp := spantest.New(t)
 	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, deps *Deps) { deps.TracerProvider = tp })
 	r.ready()
 	pod := newPod("uid-1", "web")

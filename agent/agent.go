@@ -226,14 +226,14 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 			return nil, fmt.Errorf("setting up the API client credential: %w", err)
 		}
 		a.addCloser("API client connections", func() error { credential.CloseAllConns(); return nil })
-		client, heartbeat, err = newClientsForConfig(credential.RESTConfig(), kc)
+		client, heartbeat, err = newClientsForConfig(apiConfig(credential, tracer), kc)
 		if err != nil {
 			return nil, err
 		}
-		if authClient, err = newAuthClient(credential.RESTConfig()); err != nil {
+		if authClient, err = newAuthClient(apiConfig(credential, tracer)); err != nil {
 			return nil, err
 		}
-		if eventClient, err = newEventClient(credential.RESTConfig(), kc); err != nil {
+		if eventClient, err = newEventClient(apiConfig(credential, tracer), kc); err != nil {
 			return nil, err
 		}
 	} else {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,8 @@ type fakeAPIServer struct {
 	mu      sync.Mutex
 	objects map[string][]byte // by path
 	count   int
+	// traceparents are the W3C traceparent headers the requests carried.
+	traceparents []string
 }
 
 func newFakeAPIServer(t *testing.T) *fakeAPIServer {
@@ -35,6 +38,13 @@ func (f *fakeAPIServer) requests() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.count
+}
+
+// tracedRequests returns the traceparent headers of the requests so far.
+func (f *fakeAPIServer) tracedRequests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.traceparents)
 }
 
 // kubeconfig writes a kubeconfig for the server (a bearer token: no certificates).
@@ -58,6 +68,9 @@ var kinds = map[string]string{"pods": "Pod", "services": "Service", "nodes": "No
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.count++
+	if tp := r.Header.Get("traceparent"); tp != "" {
+		f.traceparents = append(f.traceparents, tp)
+	}
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	path := strings.TrimSuffix(r.URL.Path, "/status")

@@ -7,8 +7,12 @@ import (
 
 	sdkresource "go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/tracing"
 	tracingapi "k8s.io/component-base/tracing/api/v1"
+
+	"github.com/nodelet/nodelet/certificate"
 )
 
 // serviceName is the OTel service.name of nodelet's spans: upstream's
@@ -48,4 +52,15 @@ func shutdownTracer(tp tracing.TracerProvider) error {
 		return fmt.Errorf("flushing and stopping the span exporter: %w", err)
 	}
 	return nil
+}
+
+// apiConfig is a fresh API client configuration from c whose requests are
+// traced when tp is set, as upstream's: a client span each, with its W3C
+// trace context sent to the API server.
+func apiConfig(c *certificate.Client, tp trace.TracerProvider) *rest.Config {
+	rc := c.RESTConfig()
+	if tp != nil {
+		rc.Wrap(tracing.WrapperFor(tp))
+	}
+	return rc
 }

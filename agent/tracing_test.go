@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -137,6 +139,47 @@ func TestBuildRunStopTracing(t *testing.T) {
 	}
 	if !child {
 		t.Errorf("the collector received no RunPodSandbox span: %v", spanNamesOf(spans))
+	}
+}
+
+// TestBuildRunStopTracingWithAPIServer: with a kubeconfig, every API request
+// is a span of its own that the collector receives, and the API server
+// receives that span's W3C trace context, as upstream's API client does.
+func TestBuildRunStopTracingWithAPIServer(t *testing.T) {
+	recv := startOTLPReceiver(t)
+	api := newFakeAPIServer(t)
+	buildRunStop(t, func(opts *config.Options) {
+		tracingTo(recv, 1000000)(opts)
+		opts.Kubeconfig = api.kubeconfig(t)
+		opts.Config.ContentType = "application/json"
+		opts.Config.RotateCertificates = false
+	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "API client connections", "container runtime client", "tracer provider")
+
+	byID := map[string]*tracepb.Span{}
+	for _, s := range recv.received() {
+		byID[fmt.Sprintf("%x", s.span.GetSpanId())] = s.span
+	}
+	traced := api.tracedRequests()
+	if len(traced) == 0 {
+		t.Fatalf("none of the %d API requests carried a traceparent", api.requests())
+	}
+	for _, tp := range traced {
+		f := strings.Split(tp, "-") // version-trace-span-flags
+		if len(f) != 4 || f[3] != "01" {
+			t.Errorf("API request traceparent %q is not a sampled W3C trace context", tp)
+			continue
+		}
+		s, ok := byID[f[2]]
+		if !ok {
+			t.Errorf("the collector has no span %s that the API request with traceparent %q was sent under", f[2], tp)
+			continue
+		}
+		if got := fmt.Sprintf("%x", s.GetTraceId()); got != f[1] {
+			t.Errorf("span %s is in trace %s, the request's traceparent says %s", f[2], got, f[1])
+		}
+		if s.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
+			t.Errorf("span %q of an API request is a %v, want a client span", s.GetName(), s.GetKind())
+		}
 	}
 }
 

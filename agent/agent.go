@@ -579,6 +579,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		metrics: reg, probeMetrics: probes.registry, summary: statsCache, cadvisor: statsCache, clock: clk,
 		machine:           cadvisorMachine(nodeCtl.MachineInfo()),
 		showHiddenMetrics: showHidden,
+		tracer:            tracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the kubelet API server: %w", err)

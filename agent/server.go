@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,8 @@ type apiServerDeps struct {
 	// showHiddenMetrics serves the hidden (long-deprecated) metrics too
 	// (showHiddenMetricsForVersion).
 	showHiddenMetrics bool
+	// tracer traces the requests; nil when tracing is off.
+	tracer trace.TracerProvider
 }
 
 // newAPIServer builds the kubelet API on port/readOnlyPort with the configured
@@ -123,18 +126,19 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		JournalctlPath:       d.journalctlPath,
 		Configz:              configz(kc),
 	}, server.Deps{
-		Authenticator: authn,
-		Authorizer:    authz,
-		Runtime:       d.runtime,
-		Pods:          pods,
-		Health:        []server.HealthCheck{{Name: "pleg", Checker: d.pleg}, {Name: "syncloop", Checker: d.loop}},
-		Metrics:       d.metrics,
-		Registerer:    d.metrics,
-		ProbeMetrics:  d.probeMetrics,
-		Summary:       d.summary,
-		Cadvisor:      d.cadvisor,
-		Machine:       d.machine,
-		Clock:         d.clock,
+		Authenticator:  authn,
+		Authorizer:     authz,
+		Runtime:        d.runtime,
+		Pods:           pods,
+		Health:         []server.HealthCheck{{Name: "pleg", Checker: d.pleg}, {Name: "syncloop", Checker: d.loop}},
+		Metrics:        d.metrics,
+		Registerer:     d.metrics,
+		ProbeMetrics:   d.probeMetrics,
+		Summary:        d.summary,
+		Cadvisor:       d.cadvisor,
+		Machine:        d.machine,
+		Clock:          d.clock,
+		TracerProvider: d.tracer,
 	})
 	return srv.Listen(ctx)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -116,6 +117,8 @@ type Deps struct {
 	Clock    clock.WithTicker
 	// Registerer, if set, gets the kubelet_http_* request metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider, if set, traces each request a route serves.
+	TracerProvider oteltrace.TracerProvider
 }
 
 // Server is the kubelet API.
@@ -148,13 +151,14 @@ func (s *Server) Handler() http.Handler {
 		enableContentionProfiling()
 	}
 	logf := func(msg string, kv ...any) { klog.V(2).InfoS(msg, kv...) }
-	return s.metrics.instrument(newAPIHandler(s.routes(s.cfg.EnableDebuggingHandlers), s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
+	routes := tracedRoutes(s.routes(s.cfg.EnableDebuggingHandlers), s.deps.TracerProvider, false)
+	return s.metrics.instrument(newAPIHandler(routes, s.cfg.NodeName, s.deps.Authenticator, s.deps.Authorizer, logf), "readwrite")
 }
 
 // ReadOnlyHandler is the read-only port's API: no authentication, read-only endpoints.
 func (s *Server) ReadOnlyHandler() http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range s.routes(false) {
+	for _, rt := range tracedRoutes(s.routes(false), s.deps.TracerProvider, true) {
 		mux.Handle(rt.pattern, rt.handler)
 	}
 	return s.metrics.instrument(mux, "readonly")

@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bufio"
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/internal/golden"
 )
 
 // metricsGolden is nodelet's own /metrics families: name, type and label
@@ -37,22 +36,9 @@ type goldenMetric struct {
 
 func readMetricsGolden(t *testing.T) map[string]goldenMetric {
 	t.Helper()
-	f, err := os.Open(metricsGolden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[string]goldenMetric{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := sc.Text()
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		p := strings.Split(l, "\t")
-		if len(p) < 3 || len(p) > 4 {
-			t.Fatalf("golden line %q: want name, type and labels separated by tabs, then optionally notes", l)
-		}
+	// Name, type, labels, then optionally notes.
+	for _, p := range golden.Rows(t, metricsGolden, 3, 4) {
 		if _, dup := out[p[0]]; dup {
 			t.Fatalf("golden lists %s twice", p[0])
 		}
@@ -65,14 +51,11 @@ func readMetricsGolden(t *testing.T) map[string]goldenMetric {
 				case strings.HasPrefix(note, "when="):
 					g.when = strings.TrimPrefix(note, "when=")
 				default:
-					t.Fatalf("golden line %q: unknown note %q", l, note)
+					t.Fatalf("golden row %q: unknown note %q", p, note)
 				}
 			}
 		}
 		out[p[0]] = g
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/golden"
 	"github.com/nodelet/nodelet/stats"
 	"github.com/nodelet/nodelet/stats/statstest"
 )
@@ -63,24 +63,10 @@ type goldenFamily struct{ typ, labels, help string }
 
 func readCadvisorGolden(t *testing.T) map[string]goldenFamily {
 	t.Helper()
-	f, err := os.Open("testdata/cadvisor-metrics.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[string]goldenFamily{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := sc.Text(); l != "" && !strings.HasPrefix(l, "#") {
-			p := strings.Split(l, "\t")
-			if len(p) != 4 {
-				t.Fatalf("golden line %q: want name, type, labels and help separated by tabs", l)
-			}
-			out[p[0]] = goldenFamily{typ: p[1], labels: p[2], help: p[3]}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	// Name, type, labels and help.
+	for _, p := range golden.Rows(t, "testdata/cadvisor-metrics.golden", 4, 4) {
+		out[p[0]] = goldenFamily{typ: p[1], labels: p[2], help: p[3]}
 	}
 	return out
 }

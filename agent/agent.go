@@ -199,7 +199,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		// Added before the runtime client: it closes after it, with the
 		// spans of the last CRI calls.
 		a.addCloser("tracer provider", func() error { return shutdownTracer(tracer) })
-		logger.Info("Tracing pod syncs and CRI calls", "endpoint", ptr.Deref(kc.Tracing.Endpoint, "localhost:4317"), "samplingRatePerMillion", ptr.Deref(kc.Tracing.SamplingRatePerMillion, 0))
+		logger.Info("Tracing pod syncs, CRI calls, API requests and kubelet API requests", "endpoint", ptr.Deref(kc.Tracing.Endpoint, "localhost:4317"), "samplingRatePerMillion", ptr.Deref(kc.Tracing.SamplingRatePerMillion, 0))
 	}
 	rt, err := connectRuntime(ctx, kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, kc.RuntimeRequestTimeout.Duration, reg, tracer)
 	if err != nil {

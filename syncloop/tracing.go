@@ -1,13 +1,12 @@
 package syncloop
 
 import (
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // InstrumentationScope is the tracer name of the pod sync spans: upstream's

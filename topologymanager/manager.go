@@ -1,0 +1,110 @@
+package topologymanager
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// HintProvider is a resource manager that places resources on NUMA nodes:
+// it gives hints for a container (or a whole pod, under the pod scope) from
+// what is free now, then allocates a container's resources along the
+// affinity the merge chose (empty: no affinity).
+type HintProvider interface {
+	GetTopologyHints(pod *v1.Pod, container *v1.Container) ProviderHints
+	GetPodTopologyHints(pod *v1.Pod) ProviderHints
+	Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container, affinity Hint) error
+}
+
+// AffinityError is upstream's TopologyAffinityError: the policy found no
+// admissible placement. Type is the pod's rejection reason.
+type AffinityError struct{}
+
+func (AffinityError) Error() string { return "Resources cannot be allocated with Topology locality" }
+
+// Type is the admission rejection reason.
+func (AffinityError) Type() string { return "TopologyAffinityError" }
+
+// Config is the topology manager's configuration.
+type Config struct {
+	Policy  string
+	Scope   string
+	Options Options
+	NUMA    NUMAInfo
+}
+
+// Manager admits pods through its hint providers.
+type Manager struct {
+	cfg       Config
+	providers []HintProvider
+}
+
+// New checks cfg as upstream's NewManager does: a policy other than none
+// refuses machines with more NUMA nodes than max-allowable-numa-nodes, as
+// the merge's work grows with every combination of nodes.
+func New(cfg Config, providers ...HintProvider) (*Manager, error) {
+	if !ValidPolicy(cfg.Policy) {
+		return nil, fmt.Errorf("creating the topology manager: unknown policy %q", cfg.Policy)
+	}
+	if !ValidScope(cfg.Scope) {
+		return nil, fmt.Errorf("creating the topology manager: unknown scope %q", cfg.Scope)
+	}
+	if cfg.Policy != PolicyNone && len(cfg.NUMA.Nodes) > cfg.Options.MaxAllowableNUMANodes {
+		return nil, fmt.Errorf("creating the topology manager: unsupported on machines with more than %v NUMA Nodes", cfg.Options.MaxAllowableNUMANodes)
+	}
+	klog.InfoS("Topology manager created", "policy", cfg.Policy, "scope", cfg.Scope, "options", cfg.Options, "numaNodes", cfg.NUMA.Nodes)
+	return &Manager{cfg: cfg, providers: providers}, nil
+}
+
+// Admit decides each container's affinity and has every provider allocate
+// along it, init containers first: under the container scope each container
+// is merged on its own after the previous ones allocated (so their hints see
+// what is left), under the pod scope the pod's hints are merged once and
+// every container gets that affinity. A refusal is an AffinityError; a
+// provider's allocation error is returned as it is (it names its own
+// rejection reason or is unexpected).
+func (m *Manager) Admit(ctx context.Context, pod *v1.Pod) error {
+	containers := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		containers = append(containers, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		containers = append(containers, &pod.Spec.Containers[i])
+	}
+	var podHint Hint
+	if m.cfg.Policy != PolicyNone && m.cfg.Scope == ScopePod {
+		hints := make([]ProviderHints, 0, len(m.providers))
+		for _, p := range m.providers {
+			hints = append(hints, p.GetPodTopologyHints(pod))
+		}
+		best, ok := Merge(m.cfg.Policy, m.cfg.Options, m.cfg.NUMA, hints)
+		klog.InfoS("Topology manager merged the pod's hints", "pod", klog.KObj(pod), "affinity", best.Affinity.String(), "preferred", best.Preferred, "admit", ok)
+		if !ok {
+			return AffinityError{}
+		}
+		podHint = best
+	}
+	for _, c := range containers {
+		hint := podHint
+		if m.cfg.Policy != PolicyNone && m.cfg.Scope == ScopeContainer {
+			hints := make([]ProviderHints, 0, len(m.providers))
+			for _, p := range m.providers {
+				hints = append(hints, p.GetTopologyHints(pod, c))
+			}
+			best, ok := Merge(m.cfg.Policy, m.cfg.Options, m.cfg.NUMA, hints)
+			klog.InfoS("Topology manager merged a container's hints", "pod", klog.KObj(pod), "container", c.Name, "affinity", best.Affinity.String(), "preferred", best.Preferred, "admit", ok)
+			if !ok {
+				return AffinityError{}
+			}
+			hint = best
+		}
+		for _, p := range m.providers {
+			if err := p.Allocate(ctx, pod, c, hint); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

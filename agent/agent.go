@@ -49,6 +49,7 @@ import (
 	"github.com/nodelet/nodelet/stats"
 	"github.com/nodelet/nodelet/status"
 	"github.com/nodelet/nodelet/syncloop"
+	"github.com/nodelet/nodelet/topologymanager"
 	"github.com/nodelet/nodelet/volumes"
 )
 
@@ -282,9 +283,15 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// listed there); made first, as the volume manager needs the node
 	// controller.
 	csiInUse := volumes.NewCSIInUse(opts.RootDir)
+	// The topology manager's policy and the machine's NUMA nodes, which the
+	// device manager's hints range over.
+	topologyCfg, err := topologyConfig(kc, gates, "/")
+	if err != nil {
+		return nil, err
+	}
 	// Device plugins are always on, as upstream; the checkpoint is read now so
 	// pods running since before a restart keep their devices.
-	devices, err := devicemanager.New(filepath.Join(opts.RootDir, devicemanager.DirName), clk)
+	devices, err := devicemanager.New(filepath.Join(opts.RootDir, devicemanager.DirName), clk, topologyCfg.NUMA.Nodes)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the device plugin manager: %w", err)
 	}
@@ -463,6 +470,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if err != nil {
 		return nil, err
 	}
+	// The topology manager admits each container's CPUs and devices along one
+	// NUMA affinity (topologyManagerPolicy); under none it only allocates.
+	topology, err := topologymanager.New(topologyCfg, cpus, devices)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the topology manager: %w", err)
+	}
 	runtimeMgr := podruntime.New(podruntime.Config{
 		RuntimeClasses:        runtimeClassLookup,
 		RootDir:               opts.RootDir,
@@ -508,7 +521,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
 		// Upstream's order: the eviction manager's handler first, node shutdown's last.
-		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit, cpuAdmitter{cpus}.admit},
+		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
 		AdmittersAfter:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
 		Sysctls:         sysctls,
 		Objects:         objects,
@@ -516,7 +529,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Allocations:     allocations,
 		Actuated:        actuated,
 		EventsInUse:     eventsInUse(epleg),
-		Devices:         devices,
+		Resources:       resourceAllocator{topology: topology, cpus: cpus, devices: devices},
 		TracerProvider:  tracer,
 	})
 	a.synced = loop.Synced()

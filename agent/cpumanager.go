@@ -13,7 +13,6 @@ import (
 
 	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/syncloop"
 )
 
 // cpuManagerStartWait bounds how long the CPU manager's reconcile waits for
@@ -35,16 +34,6 @@ func newCPUManager(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string
 		return nil, fmt.Errorf("setting up the CPU manager (cpuManagerPolicy %q): %w", kc.CPUManagerPolicy, err)
 	}
 	return m, nil
-}
-
-// cpuAdmitter refuses pods the CPU manager cannot give exclusive CPUs.
-type cpuAdmitter struct{ m *cpumanager.Manager }
-
-func (a cpuAdmitter) admit(pod *v1.Pod) *syncloop.Rejection {
-	if err := a.m.Admit(pod); err != nil {
-		return syncloop.AllocationRejection(err)
-	}
-	return nil
 }
 
 // runCPUManager reconciles once the pod sources synced (or after

@@ -15,6 +15,9 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cpumanager"
+	"github.com/nodelet/nodelet/devicemanager"
+	"github.com/nodelet/nodelet/syncloop"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 type noCPURuntime struct{}
@@ -25,6 +28,29 @@ func (noCPURuntime) UpdateContainerResources(context.Context, string, *runtimeap
 
 func (noCPURuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
 	return nil, nil
+}
+
+// resourceAdmit is admission's resource allocation as the agent wires it:
+// the topology manager under policy over the CPU manager and a device
+// manager without plugins, on one NUMA node.
+func resourceAdmit(t *testing.T, cpus *cpumanager.Manager, policy string) func(*v1.Pod) *syncloop.Rejection {
+	t.Helper()
+	devices, err := devicemanager.New(t.TempDir(), clock.RealClock{}, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topologymanager.New(topologymanager.Config{Policy: policy, Scope: topologymanager.ScopeContainer,
+		Options: topologymanager.Options{MaxAllowableNUMANodes: topologymanager.DefaultMaxAllowableNUMANodes}, NUMA: topologymanager.NUMAInfo{Nodes: []int{0}}}, cpus, devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := resourceAllocator{topology: topo, cpus: cpus, devices: devices}
+	return func(pod *v1.Pod) *syncloop.Rejection {
+		if err := alloc.Allocate(context.Background(), pod, nil, true); err != nil {
+			return syncloop.AllocationRejection(err)
+		}
+		return nil
+	}
 }
 
 func guaranteedPod(uid string, cpus string) *v1.Pod {
@@ -51,7 +77,7 @@ func TestCPUManagerFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admit := cpuAdmitter{m}.admit
+	admit := resourceAdmit(t, m, topologymanager.PolicyNone)
 	if rej := admit(guaranteedPod("g", "1")); rej != nil {
 		t.Fatalf("refused: %+v", rej)
 	}

@@ -8,6 +8,8 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 // GateStage is a feature gate's maturity, as upstream prints it.
@@ -66,6 +68,10 @@ func nodeletGates() map[string]nodeletGate {
 		string(logsapi.LoggingBetaOptions):  honoured,
 		// Read by the agent: the PLEG follows the runtime's container events.
 		"EventedPLEG": honoured,
+		// Which topology manager policy option levels may be set
+		// (TopologyGates; TopologyManagerPolicyOptions is locked on).
+		"TopologyManagerPolicyAlphaOptions": honoured,
+		"TopologyManagerPolicyBetaOptions":  honoured,
 
 		"ContainerRestartRules":                  built("container-level restartPolicy and restartPolicyRules"),
 		"EnvFiles":                               built("environment variables from files (fileKeyRef)"),
@@ -87,8 +93,6 @@ func nodeletGates() map[string]nodeletGate {
 		"PodLevelResourcesFixKubeletQOSClass":              lacking("the corrected QoS class of pods with pod-level resources"),
 		"QOSReserved":                                      lacking("qosReserved"),
 		"ResourceHealthStatusMessage":                      lacking("device resource health messages"),
-		"TopologyManagerPolicyAlphaOptions":                lacking("topology manager policy options (no topology manager)"),
-		"TopologyManagerPolicyBetaOptions":                 lacking("topology manager policy options (no topology manager)"),
 		"WindowsCPUAndMemoryAffinity":                      lacking("CPU and memory affinity on Windows"),
 		"AllowDNSOnlyNodeCSR":                              lacking("the deprecated DNS-only serving certificate request"),
 		"AtomicWriteVolumeUserFields":                      lacking("atomic writes of volume user fields"),
@@ -144,6 +148,16 @@ type Gates struct {
 // Enabled reports whether the gate is on (its default when not set; false
 // for a name that is not a gate).
 func (g Gates) Enabled(name string) bool { return g.enabled[name] }
+
+// TopologyGates are the gates that make topology manager option levels
+// available (TopologyManagerPolicyOptions, ...BetaOptions, ...AlphaOptions).
+func TopologyGates(g Gates) topologymanager.Gates {
+	return topologymanager.Gates{
+		PolicyOptions: g.Enabled("TopologyManagerPolicyOptions"),
+		BetaOptions:   g.Enabled("TopologyManagerPolicyBetaOptions"),
+		AlphaOptions:  g.Enabled("TopologyManagerPolicyAlphaOptions"),
+	}
+}
 
 // FeatureGates checks kc.FeatureGates (the file's gates merged with
 // --feature-gates) against the v1.37 gates and what nodelet builds, and

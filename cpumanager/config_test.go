@@ -28,7 +28,7 @@ func TestNewFromConfig(t *testing.T) {
 				if got := m.CPUSetFor("g", "app"); got != "" {
 					t.Errorf("cpuset %q under none", got)
 				}
-				if err := m.Admit(guaranteed("g", "app", "1")); err != nil {
+				if err := admitPod(m, guaranteed("g", "app", "1")); err != nil {
 					t.Error("none refused a pod")
 				}
 			}},
@@ -38,7 +38,7 @@ func TestNewFromConfig(t *testing.T) {
 			if m.cfg.ReconcilePeriod != 5*time.Second {
 				t.Errorf("reconcile period %v", m.cfg.ReconcilePeriod)
 			}
-			if err := m.Admit(guaranteed("g", "app", "1")); err != nil || m.CPUSetFor("g", "app") != "1" || m.CPUSetFor("be", "app") != "0" {
+			if err := admitPod(m, guaranteed("g", "app", "1")); err != nil || m.CPUSetFor("g", "app") != "1" || m.CPUSetFor("be", "app") != "0" {
 				t.Errorf("Guaranteed %q, shared %q; want 1 and 0", m.CPUSetFor("g", "app"), m.CPUSetFor("be", "app"))
 			}
 		}},
@@ -53,7 +53,7 @@ func TestNewFromConfig(t *testing.T) {
 			CPUManagerPolicy: "static", ReservedSystemCPUs: "0,8", CPUManagerPolicyOptions: map[string]string{"full-pcpus-only": "true"},
 		}, check: func(t *testing.T, m *Manager) {
 			var smt SMTAlignmentError
-			if err := m.Admit(guaranteed("g", "app", "1")); !errors.As(err, &smt) {
+			if err := admitPod(m, guaranteed("g", "app", "1")); !errors.As(err, &smt) {
 				t.Errorf("got %v, want an SMTAlignmentError", err)
 			}
 		}},

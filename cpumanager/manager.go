@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/atomicfile"
-	"github.com/nodelet/nodelet/internal/periodic"
 	"path/filepath"
 	"sync"
 	"time"
@@ -16,6 +14,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/periodic"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 // Runtime is the part of the CRI runtime service the executor uses.
@@ -94,34 +96,85 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 
 func (m *Manager) checkpointPath() string { return filepath.Join(m.cfg.RootDir, CheckpointFile) }
 
-// Admit allocates exclusive CPUs for every container of a pod, init
-// containers first (so app containers can reuse theirs). On a failure the
-// pod's new assignments are undone and the error says why (an SMTAlignmentError
-// when full-pcpus-only refuses the request).
-func (m *Manager) Admit(pod *v1.Pod) error {
+// GetTopologyHints are the static policy's NUMA hints for a container from
+// the CPUs free now (nil, no preference, under policy none).
+func (m *Manager) GetTopologyHints(pod *v1.Pod, c *v1.Container) topologymanager.ProviderHints {
 	if m.cfg.Static == nil {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s, changed := m.state, false
-	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			_, had := s.Lookup(string(pod.UID), list[i].Name)
-			next, set, err := m.cfg.Static.Allocate(s, pod, &list[i])
-			if err != nil {
-				err = fmt.Errorf("allocating CPUs for container %s: %w", list[i].Name, err)
-				klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "err", err)
-				return err
-			}
-			s = next
-			changed = changed || (!had && !set.IsEmpty())
+	return m.cfg.Static.TopologyHints(m.state, pod, c)
+}
+
+// GetPodTopologyHints are the hints for the whole pod (the pod scope).
+func (m *Manager) GetPodTopologyHints(pod *v1.Pod) topologymanager.ProviderHints {
+	if m.cfg.Static == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.Static.PodTopologyHints(m.state, pod)
+}
+
+// Allocate gives a container its exclusive CPUs at admission, on the
+// affinity's NUMA nodes first, and checkpoints them; the topology manager
+// calls it for each container, init containers first (so app containers can
+// reuse theirs). The error says why (an SMTAlignmentError when
+// full-pcpus-only refuses the request).
+func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affinity topologymanager.Hint) error {
+	if m.cfg.Static == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, had := m.state.Lookup(string(pod.UID), c.Name)
+	next, set, err := m.cfg.Static.Allocate(m.state, pod, c, affinity.Affinity)
+	if err != nil {
+		err = fmt.Errorf("allocating CPUs for container %s: %w", c.Name, err)
+		klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "err", err)
+		return err
+	}
+	if had || set.IsEmpty() {
+		return nil // nothing to checkpoint: kept, or a shared-pool container
+	}
+	klog.InfoS("CPU manager assigned exclusive CPUs", "pod", klog.KObj(pod), "container", c.Name, "cpus", set.String(), "numaAffinity", affinity.Affinity.String())
+	return m.commit(next)
+}
+
+// UndoOnFailure runs admit (the topology manager's admission, which calls
+// Allocate for each container) and, when it fails, takes back the CPUs it
+// gave the pod's containers, so a refused pod holds none at once rather
+// than until two reconciles found it inactive. Assignments the pod had
+// before (restored from the checkpoint) stay.
+func (m *Manager) UndoOnFailure(ctx context.Context, pod *v1.Pod, admit func() error) error {
+	if m.cfg.Static == nil {
+		return admit()
+	}
+	m.mu.Lock()
+	before := map[string]bool{}
+	for name := range m.state.Assignments[string(pod.UID)] {
+		before[name] = true
+	}
+	m.mu.Unlock()
+	err := admit()
+	if err == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.state
+	for name := range s.Assignments[string(pod.UID)] {
+		if !before[name] {
+			s = m.cfg.Static.Release(s, string(pod.UID), name)
 		}
 	}
-	if !changed {
-		return nil // nothing to checkpoint: a shared-pool pod
+	if len(s.Assignments[string(pod.UID)]) != len(m.state.Assignments[string(pod.UID)]) {
+		if cerr := m.commit(s); cerr != nil {
+			klog.FromContext(ctx).Error(cerr, "Taking back the CPUs of a refused pod", "pod", klog.KObj(pod))
+		}
 	}
-	return m.commit(s)
+	return err
 }
 
 // commit checkpoints s and makes it current; a state that cannot be

@@ -14,6 +14,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 type fakeRuntime struct {
@@ -37,6 +39,17 @@ func (f *fakeRuntime) take() map[string]string {
 	u := f.updates
 	f.updates = nil
 	return u
+}
+
+// admitPod admits a pod as the agent does: the topology manager (policy
+// none here) allocates each container, and a refusal takes back what it got.
+func admitPod(m *Manager, pod *v1.Pod) error {
+	tm, err := topologymanager.New(topologymanager.Config{Policy: topologymanager.PolicyNone, Scope: topologymanager.ScopeContainer, NUMA: topologymanager.NUMAInfo{Nodes: []int{0}}}, m)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	return m.UndoOnFailure(ctx, pod, func() error { return tm.Admit(ctx, pod) })
 }
 
 // twoCPUManager is the rig shape: 2 CPUs, reservedSystemCPUs "0".
@@ -66,7 +79,7 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 	m, rt := twoCPUManager(t, root, &running, &active)
 
 	// BestEffort first: created on the whole pool.
-	if err := m.Admit(be); err != nil {
+	if err := admitPod(m, be); err != nil {
 		t.Fatal("BestEffort refused")
 	}
 	if got := m.CPUSetFor(be.UID, "app"); got != "0-1" {
@@ -76,7 +89,7 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 	m.Reconcile(ctx)
 	rt.take()
 
-	if err := m.Admit(g); err != nil {
+	if err := admitPod(m, g); err != nil {
 		t.Fatal("Guaranteed refused")
 	}
 	if got := m.CPUSetFor(g.UID, "app"); got != "1" {
@@ -97,7 +110,7 @@ func TestManagerAdmitCreateReconcileRelease(t *testing.T) {
 		t.Errorf("nothing changed, yet updates %v", got)
 	}
 	// No CPU left: upstream's reason.
-	if err := m.Admit(guaranteed("g2", "app", "1")); err == nil || !strings.Contains(err.Error(), "not enough cpus available to satisfy request") {
+	if err := admitPod(m, guaranteed("g2", "app", "1")); err == nil || !strings.Contains(err.Error(), "not enough cpus available to satisfy request") {
 		t.Errorf("got %v, want not enough cpus", err)
 	}
 
@@ -128,7 +141,7 @@ func TestManagerRemovePod(t *testing.T) {
 	var active []*v1.Pod
 	m, _ := twoCPUManager(t, t.TempDir(), &running, &active)
 	g := guaranteed("g", "app", "1")
-	if err := m.Admit(g); err != nil {
+	if err := admitPod(m, g); err != nil {
 		t.Fatal("refused")
 	}
 	m.RemovePod(context.Background(), g.UID)
@@ -149,7 +162,7 @@ func TestManagerAdmitSMTAlignment(t *testing.T) {
 	// The first container fits, the second does not: nothing is kept.
 	odd := withUID(pod(nil, container("a", "2", "2"), container("b", "3", "3")), "odd")
 	var smt SMTAlignmentError
-	if err := m.Admit(odd); !errors.As(err, &smt) || !strings.Contains(smt.Error(), "not multiple cpus per core") {
+	if err := admitPod(m, odd); !errors.As(err, &smt) || !strings.Contains(smt.Error(), "not multiple cpus per core") {
 		t.Errorf("got %v, want an SMTAlignmentError", err)
 	}
 	if got := m.ExclusiveCPUs("odd", "a"); !got.IsEmpty() {
@@ -272,13 +285,13 @@ func TestManagerAdmitSharedPoolWritesNothing(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Admit(withUID(pod(nil, container("app", "", "")), "be")); err != nil {
+	if err := admitPod(m, withUID(pod(nil, container("app", "", "")), "be")); err != nil {
 		t.Fatal("refused")
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("a BestEffort admission wrote the checkpoint (%v)", err)
 	}
-	if err := m.Admit(guaranteed("g", "app", "1")); err != nil {
+	if err := admitPod(m, guaranteed("g", "app", "1")); err != nil {
 		t.Fatal("refused")
 	}
 	if _, err := os.Stat(path); err != nil {

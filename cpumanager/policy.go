@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 // Policy names, as the kubelet configuration spells them.
@@ -275,8 +276,10 @@ func reusable(s State, pod *v1.Pod, name string) cpuset.CPUSet {
 
 // Allocate decides a container's exclusive CPUs. It returns the new state
 // and the CPUs assigned (empty for a container that shares the pool). An
-// existing assignment is kept as is.
-func (p *StaticPolicy) Allocate(s State, pod *v1.Pod, c *v1.Container) (State, cpuset.CPUSet, error) {
+// existing assignment is kept as is. With a NUMA affinity (the topology
+// manager's choice; empty for none) the CPUs of those nodes are taken
+// first and only the rest from elsewhere, as upstream.
+func (p *StaticPolicy) Allocate(s State, pod *v1.Pod, c *v1.Container, affinity topologymanager.BitMask) (State, cpuset.CPUSet, error) {
 	n := GuaranteedCPUs(pod, c)
 	if n == 0 {
 		return s, cpuset.New(), nil
@@ -303,22 +306,20 @@ func (p *StaticPolicy) Allocate(s State, pod *v1.Pod, c *v1.Container) (State, c
 		}
 		avail = whole
 	}
-	var (
-		set cpuset.CPUSet
-		err error
-	)
-	if p.Options.DistributeCPUsAcrossNUMA {
-		group := 1
-		if p.Options.FullPCPUsOnly {
-			group = perCore
+	set := cpuset.New()
+	if !affinity.IsEmpty() {
+		aligned := p.Topology.filter(avail, func(i CPUInfo) bool { return affinity.IsSet(i.NUMANodeID) })
+		got, err := p.take(aligned, min(n, aligned.Size()))
+		if err != nil {
+			return s, cpuset.New(), err
 		}
-		set, err = takeDistributedAcrossNUMA(p.Topology, avail, n, group, p.Options.FullPCPUsOnly)
-	} else {
-		set, err = takeByTopology(p.Topology, avail, n, p.Options.FullPCPUsOnly)
+		set = got
 	}
+	rest, err := p.take(avail.Difference(set), n-set.Size())
 	if err != nil {
 		return s, cpuset.New(), err
 	}
+	set = set.Union(rest)
 	out := s.Clone()
 	if out.Assignments[string(pod.UID)] == nil {
 		out.Assignments[string(pod.UID)] = map[string]cpuset.CPUSet{}
@@ -326,6 +327,22 @@ func (p *StaticPolicy) Allocate(s State, pod *v1.Pod, c *v1.Container) (State, c
 	out.Assignments[string(pod.UID)][c.Name] = set
 	out.DefaultCPUSet = out.DefaultCPUSet.Difference(set)
 	return out, set, nil
+}
+
+// take picks n CPUs of avail by the policy's options: distributed across
+// NUMA nodes (in whole cores under full-pcpus-only), else packed.
+func (p *StaticPolicy) take(avail cpuset.CPUSet, n int) (cpuset.CPUSet, error) {
+	if n == 0 {
+		return cpuset.New(), nil // all came from the affinity's nodes
+	}
+	if p.Options.DistributeCPUsAcrossNUMA {
+		group := 1
+		if p.Options.FullPCPUsOnly {
+			group = p.Topology.CPUsPerCore()
+		}
+		return takeDistributedAcrossNUMA(p.Topology, avail, n, group, p.Options.FullPCPUsOnly)
+	}
+	return takeByTopology(p.Topology, avail, n, p.Options.FullPCPUsOnly)
 }
 
 // Release drops a container's assignment, returning to the shared pool the

@@ -219,7 +219,7 @@ func TestStaticPolicyAllocate(t *testing.T) {
 							c = &st.pod.Spec.Containers[j]
 						}
 					}
-					next, got, err := p.Allocate(s, st.pod, c)
+					next, got, err := p.Allocate(s, st.pod, c, 0)
 					if st.wantErr != "" {
 						if err == nil || !strings.Contains(err.Error(), st.wantErr) {
 							t.Fatalf("step %d: err %v, want %q", i, err, st.wantErr)

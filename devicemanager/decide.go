@@ -3,6 +3,8 @@ package devicemanager
 import (
 	"fmt"
 	"sort"
+
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 // Need is what the allocation decision knows of one container's request for
@@ -30,8 +32,12 @@ type Plan struct {
 	Done bool
 	// Chosen are the devices picked from Reusable; they stay in the result.
 	Chosen []string
-	// Available are the free healthy devices the rest comes from, sorted.
+	// Available are the free healthy devices the rest comes from, sorted (or,
+	// once aligned, those on the affinity's NUMA nodes first).
 	Available []string
+	// First are free devices on the affinity's NUMA nodes taken before the
+	// plugin's preference, when they alone cannot fill the request.
+	First []string
 	// Size is how many devices the container gets in total.
 	Size int
 }
@@ -80,18 +86,97 @@ func Decide(n Need) (Plan, error) {
 // NeedsPreference says whether the plugin gets a say: upstream asks only when
 // there is a choice left to make.
 func (p Plan) NeedsPreference() bool {
-	return !p.Done && len(p.Available) > p.Size-len(p.Chosen)
+	need := p.Size - len(p.Chosen) - len(p.First)
+	return !p.Done && need > 0 && len(p.Available)-len(p.First) > need
+}
+
+// MustInclude are the devices a preference request must keep.
+func (p Plan) MustInclude() []string {
+	return append(append([]string(nil), p.Chosen...), p.First...)
+}
+
+// Align narrows a plan to the topology manager's affinity as upstream's
+// filterByAffinity: when the free devices on the affinity's NUMA nodes are
+// more than needed the rest comes from them only; else all of them are
+// taken first and the rest from the other nodes' devices, then from devices
+// without topology. numa gives each device's NUMA nodes (none: no topology).
+func Align(p Plan, affinity topologymanager.BitMask, numa map[string][]int) Plan {
+	if p.Done || affinity.IsEmpty() {
+		return p
+	}
+	var aligned, unaligned, noTopology []string
+	for _, d := range p.Available {
+		switch nodes := numa[d]; {
+		case len(nodes) == 0:
+			noTopology = append(noTopology, d)
+		case affinity.AnySet(nodes):
+			aligned = append(aligned, d)
+		default:
+			unaligned = append(unaligned, d)
+		}
+	}
+	if p.Size-len(p.Chosen) < len(aligned) {
+		p.Available = aligned
+		return p
+	}
+	p.First = aligned
+	p.Available = append(append(append([]string(nil), aligned...), unaligned...), noTopology...)
+	return p
+}
+
+// DeviceHints is upstream's generateDeviceTopologyHints: a hint for every
+// set of nodes that holds every reusable device with topology and, with the
+// available ones, request devices; preferred are those as narrow as the
+// narrowest set whose devices (free or not) could ever hold the request.
+func DeviceHints(nodes []int, numa map[string][]int, available, reusable []string, request int) []topologymanager.Hint {
+	minWidth := len(nodes)
+	hints := []topologymanager.Hint{}
+	topologymanager.IterateBitMasks(nodes, func(mask topologymanager.BitMask) {
+		inMask := 0
+		for _, ns := range numa {
+			if mask.AnySet(ns) {
+				inMask++
+			}
+		}
+		if inMask >= request && mask.Count() < minWidth {
+			minWidth = mask.Count()
+		}
+		matching := 0
+		for _, d := range reusable {
+			if len(numa[d]) == 0 {
+				continue
+			}
+			if !mask.AnySet(numa[d]) {
+				return
+			}
+			matching++
+		}
+		for _, d := range available {
+			if mask.AnySet(numa[d]) {
+				matching++
+			}
+		}
+		if matching < request {
+			return
+		}
+		hints = append(hints, topologymanager.Hint{Affinity: mask})
+	})
+	for i := range hints {
+		hints[i].Preferred = hints[i].Affinity.Count() == minWidth
+	}
+	return hints
 }
 
 // Complete finishes a plan with the plugin's preferred devices (nil when it
-// was not asked): the reused ones, then the preferred ones that are free,
+// was not asked): the reused ones and those Align takes first, then the
+// preferred ones that are free,
 // then the free ones in order, as upstream falls back when a plugin prefers
 // too few or unknown devices.
 func Complete(p Plan, preferred []string) []string {
 	if p.Size == 0 {
 		return nil
 	}
-	out := append([]string(nil), p.Chosen...)
+	out := p.MustInclude()
 	taken := setOf(out)
 	free := setOf(p.Available)
 	add := func(ds []string) {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 const (
@@ -50,6 +51,8 @@ type Manager struct {
 	dir   string
 	clock clock.Clock
 	grace time.Duration
+	// numaNodes are the machine's NUMA nodes, for topology hints.
+	numaNodes []int
 
 	// allocMu serializes allocations so each decision sees the previous ones.
 	allocMu sync.Mutex
@@ -66,7 +69,9 @@ type Manager struct {
 
 type resourceState struct {
 	healthy, unhealthy []string
-	ep                 *endpoint // nil after a restart until the plugin registers again
+	// numa are every device's NUMA nodes from the plugin (none: no topology).
+	numa map[string][]int
+	ep   *endpoint // nil after a restart until the plugin registers again
 	// stoppedAt is when the resource's plugin went away; zero while one serves.
 	stoppedAt time.Time
 }
@@ -86,9 +91,10 @@ type endpoint struct {
 // New loads the checkpoint in dir (<root>/device-plugins). Resources it
 // names start with no devices and a plugin just gone, so their pods keep their
 // devices and the plugins have the grace period to register again.
-func New(dir string, clk clock.Clock) (*Manager, error) {
+// numaNodes are the machine's NUMA nodes the topology hints range over.
+func New(dir string, clk clock.Clock, numaNodes []int) (*Manager, error) {
 	m := &Manager{
-		dir: dir, clock: clk, grace: DefaultStopGracePeriod,
+		dir: dir, clock: clk, grace: DefaultStopGracePeriod, numaNodes: numaNodes,
 		resources: map[string]*resourceState{},
 		gone:      map[string]bool{},
 		pods:      map[types.UID]map[string]map[string]*assignment{},
@@ -317,7 +323,12 @@ func (m *Manager) runEndpoint(ctx context.Context, req *pluginapi.RegisterReques
 
 func (m *Manager) updateDevices(ep *endpoint, devs []*pluginapi.Device) {
 	var healthy, unhealthy []string
+	numa := map[string][]int{}
 	for _, d := range devs {
+		numa[d.ID] = nil
+		for _, n := range d.GetTopology().GetNodes() {
+			numa[d.ID] = append(numa[d.ID], int(n.GetID()))
+		}
 		if d.Health == pluginapi.Healthy {
 			healthy = append(healthy, d.ID)
 		} else {
@@ -330,7 +341,7 @@ func (m *Manager) updateDevices(ep *endpoint, devs []*pluginapi.Device) {
 	if rs == nil || rs.ep != ep {
 		return
 	}
-	rs.healthy, rs.unhealthy, rs.stoppedAt = sorted(healthy), sorted(unhealthy), time.Time{}
+	rs.healthy, rs.unhealthy, rs.numa, rs.stoppedAt = sorted(healthy), sorted(unhealthy), numa, time.Time{}
 	klog.InfoS("Device plugin updated its devices", "resource", ep.resource, "healthy", len(healthy), "unhealthy", len(unhealthy))
 	m.storeLocked()
 }
@@ -435,50 +446,11 @@ func (m *Manager) storeLocked() {
 	}
 }
 
-// Allocate gives pod's containers their devices, init containers first, as
-// upstream's admission does. With sourcesReady, active are the other pods
-// still holding devices and the devices of any other pod are freed; before
-// (a restart re-admitting the pods one by one) nothing is freed, as
-// upstream, or a pod not re-admitted yet would lose its devices. The
-// error's text is upstream's, for the pod's admission message.
-func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error {
-	m.allocMu.Lock()
-	defer m.allocMu.Unlock()
-	if sourcesReady {
-		m.freeInactive(pod.UID, active)
-	}
-
-	reusable := map[string][]string{}
-	for _, c := range podutil.AllContainers(pod) {
-		kind := AppContainer
-		for i := range pod.Spec.InitContainers {
-			if pod.Spec.InitContainers[i].Name == c.Name {
-				kind = InitContainer
-				if podutil.IsRestartableInitContainer(&pod.Spec.InitContainers[i]) {
-					kind = SidecarContainer
-				}
-			}
-		}
-		names := make([]string, 0, len(c.Resources.Limits))
-		for name := range c.Resources.Limits {
-			names = append(names, string(name))
-		}
-		sort.Strings(names)
-		for _, res := range names {
-			q := c.Resources.Limits[v1.ResourceName(res)]
-			got, err := m.allocateContainer(ctx, pod.UID, c.Name, res, int(q.Value()), reusable[res])
-			if err != nil {
-				return err
-			}
-			if got != nil {
-				reusable[res] = NextReusable(reusable[res], got, kind)
-			}
-		}
-	}
-	return nil
-}
-
-func (m *Manager) freeInactive(admitting types.UID, active []*v1.Pod) {
+// FreeInactive frees the devices of every pod but admitting and active, as
+// upstream does before each allocation once the pod sources are ready; before
+// (a restart re-admitting the pods one by one) the caller must not call it,
+// or a pod not re-admitted yet would lose its devices.
+func (m *Manager) FreeInactive(admitting types.UID, active []*v1.Pod) {
 	keep := map[types.UID]bool{admitting: true}
 	for _, p := range active {
 		keep[p.UID] = true
@@ -497,53 +469,118 @@ func (m *Manager) freeInactive(admitting types.UID, active []*v1.Pod) {
 	}
 }
 
-// allocateContainer returns the devices the container holds for res; nil
-// when res is no device plugin resource.
-func (m *Manager) allocateContainer(ctx context.Context, uid types.UID, container, res string, count int, reusable []string) ([]string, error) {
-	m.mu.Lock()
-	rs := m.resources[res]
-	need := Need{Resource: res, Count: count, Registered: rs != nil, Reusable: reusable}
-	held := false
+// containerKind is how the container's devices pass to the pod's later ones.
+func containerKind(pod *v1.Pod, name string) ContainerKind {
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.Name == name {
+			if podutil.IsRestartableInitContainer(c) {
+				return SidecarContainer
+			}
+			return InitContainer
+		}
+	}
+	return AppContainer
+}
+
+// reusableLocked are the devices of res that the pod's init containers
+// before container hold and no long-running container before it took since:
+// the container may take them again, as upstream's devicesToReuse. Callers
+// hold mu.
+func (m *Manager) reusableLocked(pod *v1.Pod, container, res string) []string {
+	var reusable []string
+	for _, c := range podutil.AllContainers(pod) {
+		if c.Name == container {
+			break
+		}
+		a := m.pods[pod.UID][c.Name][res]
+		if a == nil {
+			continue
+		}
+		reusable = NextReusable(reusable, a.ids, containerKind(pod, c.Name))
+	}
+	return reusable
+}
+
+// Allocate gives one container its devices, init containers being allocated
+// first by the caller (the topology manager), along the chosen NUMA affinity
+// (empty: none). The error's text is upstream's, for the pod's admission
+// message.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, c *v1.Container, affinity topologymanager.Hint) error {
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+	names := make([]string, 0, len(c.Resources.Limits))
+	for name := range c.Resources.Limits {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for _, res := range names {
+		q := c.Resources.Limits[v1.ResourceName(res)]
+		if err := m.allocateContainer(ctx, pod, c.Name, res, int(q.Value()), affinity.Affinity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inUseLocked are the devices of res any pod holds; held says some pod holds
+// an assignment of res (its plugin may be gone). Callers hold mu.
+func (m *Manager) inUseLocked(res string) (ids []string, held bool) {
 	for _, cs := range m.pods {
 		for _, rss := range cs {
 			if a := rss[res]; a != nil {
 				held = true
-				need.InUse = append(need.InUse, a.ids...)
+				ids = append(ids, a.ids...)
 			}
 		}
 	}
+	return ids, held
+}
+
+// allocateContainer gives the container its devices of res; nothing when res
+// is no device plugin resource.
+func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, container, res string, count int, affinity topologymanager.BitMask) error {
+	uid := pod.UID
+	m.mu.Lock()
+	rs := m.resources[res]
+	need := Need{Resource: res, Count: count, Registered: rs != nil, Reusable: m.reusableLocked(pod, container, res)}
+	inUse, held := m.inUseLocked(res)
+	need.InUse = inUse
 	if rs == nil && !held {
 		m.mu.Unlock()
-		return nil, nil
+		return nil
 	}
 	if a := m.pods[uid][container][res]; a != nil {
 		need.Assigned = a.ids
 	}
-	var ep *endpoint
+	var (
+		ep   *endpoint
+		numa map[string][]int
+	)
 	if rs != nil {
-		need.Healthy, ep = rs.healthy, rs.ep
+		need.Healthy, ep, numa = rs.healthy, rs.ep, rs.numa
 	}
 	m.mu.Unlock()
 
 	plan, err := Decide(need)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if plan.Size == 0 {
-		return need.Assigned, nil
+		return nil
 	}
 	if ep == nil {
-		return nil, fmt.Errorf("endpoint for %s has been stopped", res)
+		return fmt.Errorf("endpoint for %s has been stopped", res)
 	}
+	plan = Align(plan, affinity, numa)
 	var preferred []string
 	if plan.NeedsPreference() && ep.opts.GetPreferredAllocationAvailable {
 		resp, err := ep.client.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 			AvailableDeviceIDs:   append(append([]string{}, plan.Chosen...), plan.Available...),
-			MustIncludeDeviceIDs: plan.Chosen,
+			MustIncludeDeviceIDs: plan.MustInclude(),
 			AllocationSize:       int32(plan.Size),
 		}}})
 		if err != nil {
-			return nil, fmt.Errorf("device plugin GetPreferredAllocation rpc failed with err: %w", err)
+			return fmt.Errorf("device plugin GetPreferredAllocation rpc failed with err: %w", err)
 		}
 		if rs := resp.GetContainerResponses(); len(rs) > 0 {
 			preferred = rs[0].DeviceIDs
@@ -552,17 +589,17 @@ func (m *Manager) allocateContainer(ctx context.Context, uid types.UID, containe
 	ids := Complete(plan, preferred)
 	resp, err := ep.client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	if err != nil {
-		return nil, fmt.Errorf("device plugin Allocate rpc failed with err: %w", err)
+		return fmt.Errorf("device plugin Allocate rpc failed with err: %w", err)
 	}
 	if len(resp.GetContainerResponses()) == 0 {
-		return nil, fmt.Errorf("no containers return in allocation response %v", resp)
+		return fmt.Errorf("no containers return in allocation response %v", resp)
 	}
 	m.mu.Lock()
 	m.assign(uid, container, res, &assignment{ids: ids, resp: resp.ContainerResponses[0]})
 	m.storeLocked()
 	m.mu.Unlock()
-	klog.InfoS("Allocated devices", "podUID", uid, "container", container, "resource", res, "devices", ids)
-	return ids, nil
+	klog.InfoS("Allocated devices", "podUID", uid, "container", container, "resource", res, "devices", ids, "numaAffinity", affinity.String())
+	return nil
 }
 
 // ApplyDevices puts the container's device allocations (env, mounts,

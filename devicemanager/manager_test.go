@@ -20,11 +20,28 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 const fakeResource = "example.com/fake"
 
 // shortDir is a temp dir with a path short enough for unix sockets.
+// allocatePod admits a pod's devices as the agent does under topology
+// manager policy none: inactive pods' devices freed once the sources are
+// ready, then each container, init containers first, with no NUMA affinity.
+func allocatePod(ctx context.Context, m *Manager, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error {
+	if sourcesReady {
+		m.FreeInactive(pod.UID, active)
+	}
+	for _, c := range podutil.AllContainers(pod) {
+		if err := m.Allocate(ctx, pod, &c, topologymanager.Hint{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func shortDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dp")
@@ -35,10 +52,17 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// startManager runs a manager on dir until the returned stop is called.
+// startManager runs a manager on dir until the returned stop is called, on
+// a one NUMA node machine.
 func startManager(t *testing.T, dir string, clk *clocktesting.FakeClock) (*Manager, func()) {
 	t.Helper()
-	m, err := New(dir, clk)
+	return startManagerOn(t, dir, clk, []int{0})
+}
+
+// startManagerOn is startManager on a machine of the given NUMA nodes.
+func startManagerOn(t *testing.T, dir string, clk *clocktesting.FakeClock, numaNodes []int) (*Manager, func()) {
+	t.Helper()
+	m, err := New(dir, clk, numaNodes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +174,11 @@ func TestAllocateIntoContainerConfig(t *testing.T) {
 	waitCounts(t, m, 3, 3)
 	ctx := context.Background()
 	pod := gpuPod("u1", 1)
-	if err := m.Allocate(ctx, pod, nil, true); err != nil {
+	if err := allocatePod(ctx, m, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	// Admission again (a resync) keeps the assignment and does not call the plugin.
-	if err := m.Allocate(ctx, pod, nil, true); err != nil {
+	if err := allocatePod(ctx, m, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	cfg := &runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{{Key: "OWN", Value: []byte("1")}}}
@@ -184,15 +208,15 @@ func TestAllocateIntoContainerConfig(t *testing.T) {
 	}
 
 	// A second pod gets the rest; a third asking too many fails with upstream's words.
-	if err := m.Allocate(ctx, gpuPod("u2", 2), []*v1.Pod{pod}, true); err != nil {
+	if err := allocatePod(ctx, m, gpuPod("u2", 2), []*v1.Pod{pod}, true); err != nil {
 		t.Fatal(err)
 	}
-	err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod, gpuPod("u2", 2)}, true)
+	err := allocatePod(ctx, m, gpuPod("u3", 1), []*v1.Pod{pod, gpuPod("u2", 2)}, true)
 	if err == nil || err.Error() != "requested number of devices unavailable for example.com/fake. Requested: 1, Available: 0" {
 		t.Fatalf("over-allocation: %v", err)
 	}
 	// Pods no longer active free their devices.
-	if err := m.Allocate(ctx, gpuPod("u3", 1), []*v1.Pod{pod}, true); err != nil {
+	if err := allocatePod(ctx, m, gpuPod("u3", 1), []*v1.Pod{pod}, true); err != nil {
 		t.Fatalf("after u2 went: %v", err)
 	}
 }
@@ -209,7 +233,7 @@ func TestInitContainerDevicesReused(t *testing.T) {
 	waitCounts(t, m, 2, 2)
 	pod := gpuPod("u1", 2)
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Resources: pod.Spec.Containers[0].Resources}}
-	if err := m.Allocate(context.Background(), pod, nil, true); err != nil {
+	if err := allocatePod(context.Background(), m, pod, nil, true); err != nil {
 		t.Fatalf("init container's devices should be reused: %v", err)
 	}
 	if got := m.ContainerDevices("u1", "c"); len(got) != 1 || len(got[0].DeviceIds) != 2 {
@@ -229,7 +253,7 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 	waitCounts(t, m, 2, 2)
 	pod := gpuPod("u1", 1)
 	ctx := context.Background()
-	if err := m.Allocate(ctx, pod, nil, true); err != nil {
+	if err := allocatePod(ctx, m, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -252,14 +276,14 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 		t.Errorf("admission allocatable after restart = %s, want 1 (the assigned device)", q.String())
 	}
 	// Pods re-admitted one by one before the sources are ready free nothing.
-	if err := m2.Allocate(ctx, gpuPod("u9", 0), nil, false); err != nil {
+	if err := allocatePod(ctx, m2, gpuPod("u9", 0), nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := m2.ContainerDevices("u1", "c"); len(got) != 1 {
 		t.Fatalf("u1's devices freed before the sources were ready: %v", got)
 	}
 	// Re-admission after the restart keeps the assignment without the plugin.
-	if err := m2.Allocate(ctx, pod, nil, true); err != nil {
+	if err := allocatePod(ctx, m2, pod, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	// The plugin registers again: its free device is the only one left.
@@ -269,7 +293,7 @@ func TestCheckpointKeepsAssignmentsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCounts(t, m2, 2, 2)
-	if err := m2.Allocate(ctx, gpuPod("u2", 1), []*v1.Pod{pod}, true); err != nil {
+	if err := allocatePod(ctx, m2, gpuPod("u2", 1), []*v1.Pod{pod}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := m2.ContainerDevices("u2", "c"); len(got) != 1 || got[0].DeviceIds[0] != "b" {
@@ -285,7 +309,7 @@ func TestCorruptCheckpointIgnored(t *testing.T) {
 	if _, err := readCheckpoint(dir + "/" + CheckpointName); err == nil || !strings.Contains(err.Error(), "corrupted") {
 		t.Fatalf("readCheckpoint: %v", err)
 	}
-	if _, err := New(dir, clocktesting.NewFakeClock(time.Now())); err != nil {
+	if _, err := New(dir, clocktesting.NewFakeClock(time.Now()), []int{0}); err != nil {
 		t.Fatal(err)
 	}
 	if aside, _ := filepath.Glob(dir + "/" + CheckpointName + ".corrupt-*"); len(aside) != 1 {

@@ -223,7 +223,7 @@ func (f *fakeDeviceAllocator) Allocate(_ context.Context, pod *v1.Pod, active []
 // allocated knowing the pods already admitted.
 func TestDeviceAllocationFailureRejects(t *testing.T) {
 	devs := &fakeDeviceAllocator{active: map[string][]string{}}
-	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) { d.Devices = devs })
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) { d.Resources = devs })
 	r.ready()
 	first := newPod("uid-a", "first")
 	r.add("api", first)

@@ -55,10 +55,13 @@ const (
 	reasonAppArmor   = "AppArmor"
 	// reasonSMTAlignment is the CPU manager's refusal under full-pcpus-only.
 	reasonSMTAlignment = "SMTAlignmentError"
+	// reasonTopologyAffinity is the topology manager's refusal.
+	reasonTopologyAffinity = "TopologyAffinityError"
 )
 
 // typedAdmissionError is an allocation error that names its own rejection
-// reason, as upstream's admission errors do (cpumanager.SMTAlignmentError).
+// reason, as upstream's admission errors do (cpumanager.SMTAlignmentError,
+// topologymanager.AffinityError).
 type typedAdmissionError interface {
 	error
 	Type() string
@@ -66,12 +69,18 @@ type typedAdmissionError interface {
 
 // AllocationRejection is the pod rejection for a resource manager's
 // allocation error (devices, CPUs), as upstream's resource admit handler
-// gives it: the SMT alignment error by its own reason and message, any other
-// as unexpected.
+// gives it: the SMT alignment and topology affinity errors by their own
+// reason and message, any other as unexpected.
 func AllocationRejection(err error) *Rejection {
 	var typed typedAdmissionError
-	if errors.As(err, &typed) && typed.Type() == reasonSMTAlignment {
-		return &Rejection{Reason: reasonSMTAlignment, Message: typed.Error()}
+	if errors.As(err, &typed) {
+		// Each reason spelled out: the events doc test reads them from here.
+		switch typed.Type() {
+		case reasonSMTAlignment:
+			return &Rejection{Reason: reasonSMTAlignment, Message: typed.Error()}
+		case reasonTopologyAffinity:
+			return &Rejection{Reason: reasonTopologyAffinity, Message: typed.Error()}
+		}
 	}
 	return &Rejection{Reason: reasonUnexpected, Message: fmt.Sprintf("Allocate failed due to %v, which is unexpected", err)}
 }

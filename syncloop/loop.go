@@ -165,19 +165,20 @@ type Deps struct {
 	// or false (the generic PLEG, or the evented one fallen back to
 	// relisting) relists soon after each sync that changed something.
 	EventsInUse func() bool
-	// Devices, when set, allocates device plugin resources to a pod at
-	// admission (devicemanager.Manager).
-	Devices DeviceAllocator
+	// Resources, when set, allocates a pod's CPUs and devices at admission
+	// (the topology manager over the CPU and device managers).
+	Resources ResourceAllocator
 	// TracerProvider, when set, traces each pod operation (span "syncPod",
 	// "syncTerminatingPod" or "syncTerminatedPod", as upstream); the
 	// runtime's calls made under it are its children. Nil traces nothing.
 	TracerProvider trace.TracerProvider
 }
 
-// DeviceAllocator gives an admitted pod's containers their devices; active
-// are the other pods that hold theirs, and once sourcesReady (the loop
-// synced its sources' first pods) the others' devices are freed.
-type DeviceAllocator interface {
+// ResourceAllocator gives an admitted pod's containers their exclusive CPUs
+// and devices; active are the other pods that hold theirs, and once
+// sourcesReady (the loop synced its sources' first pods) the others' devices
+// are freed.
+type ResourceAllocator interface {
 	Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error
 }
 
@@ -517,7 +518,7 @@ func (l *Loop) admit(ctx context.Context, pod *v1.Pod) *Rejection {
 		}
 	}
 	admitted := l.admittedPods(pod.UID)
-	if rej := l.allocateDevices(ctx, pod, admitted, fresh); rej != nil {
+	if rej := l.allocateResources(ctx, pod, admitted, fresh); rej != nil {
 		return rej
 	}
 	d := DecideAdmission(pod, admitted, l.admitNode(ctx, false))
@@ -538,20 +539,21 @@ func (l *Loop) admit(ctx context.Context, pod *v1.Pod) *Rejection {
 	return nil
 }
 
-// allocateDevices allocates the pod's devices, as upstream's resource
-// allocation admit handler does before the scheduler's filters; a pod the
-// runtime already runs is never rejected for it (its devices come from the
-// checkpoint), the failure is only logged.
-func (l *Loop) allocateDevices(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod, fresh bool) *Rejection {
-	if l.deps.Devices == nil {
+// allocateResources allocates the pod's CPUs and devices, as upstream's
+// resource allocation admit handler (the topology manager's) does before the
+// scheduler's filters; a pod the runtime already runs is never rejected for
+// it (its CPUs and devices come from the checkpoints), the failure is only
+// logged.
+func (l *Loop) allocateResources(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod, fresh bool) *Rejection {
+	if l.deps.Resources == nil {
 		return nil
 	}
-	err := l.deps.Devices.Allocate(ctx, pod, admitted, l.isSynced())
+	err := l.deps.Resources.Allocate(ctx, pod, admitted, l.isSynced())
 	if err == nil {
 		return nil
 	}
 	if !fresh {
-		klog.FromContext(ctx).Error(err, "Allocating devices to a pod already running; keeping it", "pod", klog.KObj(pod))
+		klog.FromContext(ctx).Error(err, "Allocating resources to a pod already running; keeping it", "pod", klog.KObj(pod))
 		return nil
 	}
 	return AllocationRejection(err)

@@ -233,7 +233,7 @@ func (failingDevices) Allocate(context.Context, *v1.Pod, []*v1.Pod, bool) error 
 // in the device checkpoint); a new pod is, with UnexpectedAdmissionError.
 func TestRunningPodSkipsDeviceAdmissionFailureAfterRestart(t *testing.T) {
 	s := newStepLoop(t)
-	s.deps.Devices = failingDevices{}
+	s.deps.Resources = failingDevices{}
 	old := newPod("uid-ran", "ran-before")
 	s.rt.mu.Lock()
 	s.rt.pods[old.UID] = &pleg.PodStatus{UID: old.UID, Name: old.Name, Namespace: old.Namespace,

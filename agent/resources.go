@@ -1,0 +1,46 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/cpumanager"
+	"github.com/nodelet/nodelet/devicemanager"
+	"github.com/nodelet/nodelet/topologymanager"
+)
+
+// topologyConfig reads topologyManagerPolicy, topologyManagerScope and
+// topologyManagerPolicyOptions, and the NUMA nodes under sysRoot ("/" on a
+// host; their distances only when prefer-closest-numa-nodes needs them).
+func topologyConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, gates config.Gates, sysRoot string) (topologymanager.Config, error) {
+	opts, err := topologymanager.ParseOptions(kc.TopologyManagerPolicyOptions, config.TopologyGates(gates))
+	if err != nil {
+		return topologymanager.Config{}, fmt.Errorf("setting up the topology manager: topologyManagerPolicyOptions: %w", err)
+	}
+	numa, err := topologymanager.DiscoverNUMA(sysRoot, opts.PreferClosestNUMA)
+	if err != nil {
+		return topologymanager.Config{}, fmt.Errorf("setting up the topology manager: %w", err)
+	}
+	return topologymanager.Config{Policy: kc.TopologyManagerPolicy, Scope: kc.TopologyManagerScope, Options: opts, NUMA: numa}, nil
+}
+
+// resourceAllocator is admission's resource allocation (syncloop.Resources):
+// devices of inactive pods freed once the sources are ready, then the
+// topology manager's admission over the CPU and device managers; a refused
+// pod's new exclusive CPUs are taken back at once.
+type resourceAllocator struct {
+	topology *topologymanager.Manager
+	cpus     *cpumanager.Manager
+	devices  *devicemanager.Manager
+}
+
+func (r resourceAllocator) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error {
+	if sourcesReady {
+		r.devices.FreeInactive(pod.UID, active)
+	}
+	return r.cpus.UndoOnFailure(ctx, pod, func() error { return r.topology.Admit(ctx, pod) })
+}

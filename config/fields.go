@@ -52,10 +52,7 @@ func FieldRules() []FieldRule {
 		return FieldRule{Path: path, Status: FieldNoEffectUpstream, Reason: reason}
 	}
 	const deprecated = "deprecated upstream: no longer has any effect"
-	const (
-		noMemoryManager   = "nodelet has no memory manager: only memoryManagerPolicy None is supported"
-		noTopologyManager = "nodelet has no topology manager: only topologyManagerPolicy none (scope container) is supported"
-	)
+	const noMemoryManager = "nodelet has no memory manager: only memoryManagerPolicy None is supported"
 	return []FieldRule{
 		w("enableServer", "agent.TestEnableServerFalseServesNothing"),
 		w("staticPodPath", "podconfig.TestFileSourceDirectory"),
@@ -109,9 +106,9 @@ func FieldRules() []FieldRule {
 		w("cpuManagerPolicyOptions", "cpumanager.TestNewFromConfig"),
 		w("cpuManagerReconcilePeriod", "cpumanager.TestNewFromConfig"),
 		r("memoryManagerPolicy", noMemoryManager),
-		r("topologyManagerPolicy", noTopologyManager),
-		r("topologyManagerScope", noTopologyManager),
-		r("topologyManagerPolicyOptions", noTopologyManager),
+		w("topologyManagerPolicy", "agent.TestTopologyManagerFromConfig"),
+		w("topologyManagerScope", "agent.TestTopologyManagerFromConfig"),
+		w("topologyManagerPolicyOptions", "agent.TestTopologyManagerFromConfig"),
 		r("qosReserved", "nodelet does not reserve memory for QoS classes (the alpha QOSReserved feature is not built)"),
 		w("runtimeRequestTimeout", "cri.TestTimeouts"),
 		// The v1.37 kubelet validates it and binds --hairpin-mode, but nothing

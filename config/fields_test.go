@@ -199,6 +199,11 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.CPUManagerPolicyOptions = map[string]string{"full-pcpus-only": "true"}
 			kc.CPUManagerReconcilePeriod = metav1.Duration{Duration: time.Second}
 		}},
+		{name: "topology manager policy, scope and options are built", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.TopologyManagerPolicy = "restricted"
+			kc.TopologyManagerScope = "pod"
+			kc.TopologyManagerPolicyOptions = map[string]string{"prefer-closest-numa-nodes": "true"}
+		}},
 		{name: "static memory manager", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.MemoryManagerPolicy = "Static" }, want: []string{"memoryManagerPolicy"}},
 		{name: "two refused fields", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.VolumePluginDir = "/opt/flex"

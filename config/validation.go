@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/pullrecords"
+	"github.com/nodelet/nodelet/topologymanager"
 )
 
 // FieldError is one validation failure, naming the configuration field by
@@ -61,6 +62,10 @@ func Validate(kc *kubeletconfigv1beta1.KubeletConfiguration) error {
 	gates, err := FeatureGates(kc)
 	if err != nil {
 		v.errs = append(v.errs, err)
+	}
+	// Which topology manager options may be set depends on the gates.
+	if _, err := topologymanager.ParseOptions(kc.TopologyManagerPolicyOptions, TopologyGates(gates)); err != nil {
+		v.add("topologyManagerPolicyOptions", "%v", err)
 	}
 	for _, e := range logsapi.Validate(&kc.Logging, gates.logging(), field.NewPath("logging")) {
 		v.add(e.Field, "%s", e.ErrorBody())
@@ -402,9 +407,8 @@ func (v *validator) enums(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 	oneOf("hairpinMode", kc.HairpinMode, true, kubeletconfigv1beta1.PromiscuousBridge, kubeletconfigv1beta1.HairpinVeth, kubeletconfigv1beta1.HairpinNone)
 	oneOf("memorySwap.swapBehavior", kc.MemorySwap.SwapBehavior, true, "NoSwap", "LimitedSwap")
 	oneOf("topologyManagerPolicy", kc.TopologyManagerPolicy, true,
-		kubeletconfigv1beta1.NoneTopologyManagerPolicy, kubeletconfigv1beta1.BestEffortTopologyManagerPolicy,
-		kubeletconfigv1beta1.RestrictedTopologyManagerPolicy, kubeletconfigv1beta1.SingleNumaNodeTopologyManagerPolicy)
-	oneOf("topologyManagerScope", kc.TopologyManagerScope, true, kubeletconfigv1beta1.ContainerTopologyManagerScope, kubeletconfigv1beta1.PodTopologyManagerScope)
+		topologymanager.PolicyNone, topologymanager.PolicyBestEffort, topologymanager.PolicyRestricted, topologymanager.PolicySingleNUMANode)
+	oneOf("topologyManagerScope", kc.TopologyManagerScope, true, topologymanager.ScopeContainer, topologymanager.ScopePod)
 	oneOf("memoryManagerPolicy", kc.MemoryManagerPolicy, true, kubeletconfigv1beta1.NoneMemoryManagerPolicy, kubeletconfigv1beta1.StaticMemoryManagerPolicy)
 	oneOf("authorization.mode", string(kc.Authorization.Mode), true, string(kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow), string(kubeletconfigv1beta1.KubeletAuthorizationModeWebhook))
 	oneOf("configMapAndSecretChangeDetectionStrategy", string(kc.ConfigMapAndSecretChangeDetectionStrategy), true,

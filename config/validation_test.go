@@ -126,6 +126,16 @@ func TestValidate(t *testing.T) {
 		{"hairpin mode", func(c *kc) { c.HairpinMode = "sideways" }, "hairpinMode: unsupported value"},
 		{"topology policy", func(c *kc) { c.TopologyManagerPolicy = "best" }, "topologyManagerPolicy: unsupported value"},
 		{"topology scope", func(c *kc) { c.TopologyManagerScope = "node" }, "topologyManagerScope: unsupported value"},
+		{"topology policy and scope built", func(c *kc) {
+			c.TopologyManagerPolicy, c.TopologyManagerScope = "single-numa-node", "pod"
+			c.TopologyManagerPolicyOptions = map[string]string{"prefer-closest-numa-nodes": "true", "max-allowable-numa-nodes": "16"}
+		}, ""},
+		{"topology option unknown", func(c *kc) { c.TopologyManagerPolicyOptions = map[string]string{"align-by-socket": "true"} },
+			`topologyManagerPolicyOptions: unknown Topology Manager Policy option: "align-by-socket"`},
+		{"topology option too few nodes", func(c *kc) { c.TopologyManagerPolicyOptions = map[string]string{"max-allowable-numa-nodes": "2"} },
+			`topologyManagerPolicyOptions: the minimum value of "max-allowable-numa-nodes" should not be less than 8`},
+		{"topology option bad bool", func(c *kc) { c.TopologyManagerPolicyOptions = map[string]string{"prefer-closest-numa-nodes": "often"} },
+			`topologyManagerPolicyOptions: bad value for option "prefer-closest-numa-nodes"`},
 		{"authorization mode", func(c *kc) { c.Authorization.Mode = "RBAC" }, "authorization.mode: unsupported value"},
 		{"image pull policy", func(c *kc) { c.ImagePullCredentialsVerificationPolicy = "Sometimes" }, "imagePullCredentialsVerificationPolicy: unsupported value"},
 		{"allowlist needs policy", func(c *kc) { c.PreloadedImagesVerificationAllowlist = []string{"registry.local/*"} }, "preloadedImagesVerificationAllowlist:"},

@@ -529,7 +529,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Allocations:     allocations,
 		Actuated:        actuated,
 		EventsInUse:     eventsInUse(epleg),
-		Resources:       resourceAllocator{topology: topology, cpus: cpus, devices: devices},
+		Resources:       resourceAllocator{topology: topology, devices: devices},
 		TracerProvider:  tracer,
 	})
 	a.synced = loop.Synced()

@@ -44,7 +44,7 @@ func resourceAdmit(t *testing.T, cpus *cpumanager.Manager, policy string) func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc := resourceAllocator{topology: topo, cpus: cpus, devices: devices}
+	alloc := resourceAllocator{topology: topo, devices: devices}
 	return func(pod *v1.Pod) *syncloop.Rejection {
 		if err := alloc.Allocate(context.Background(), pod, nil, true); err != nil {
 			return syncloop.AllocationRejection(err)

@@ -8,7 +8,6 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/devicemanager"
 	"github.com/nodelet/nodelet/topologymanager"
 )
@@ -30,11 +29,10 @@ func topologyConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, gates config.
 
 // resourceAllocator is admission's resource allocation (syncloop.Resources):
 // devices of inactive pods freed once the sources are ready, then the
-// topology manager's admission over the CPU and device managers; a refused
-// pod's new exclusive CPUs are taken back at once.
+// topology manager's admission over the CPU and device managers (which
+// takes back a refused pod's new exclusive CPUs at once).
 type resourceAllocator struct {
 	topology *topologymanager.Manager
-	cpus     *cpumanager.Manager
 	devices  *devicemanager.Manager
 }
 
@@ -42,5 +40,5 @@ func (r resourceAllocator) Allocate(ctx context.Context, pod *v1.Pod, active []*
 	if sourcesReady {
 		r.devices.FreeInactive(pod.UID, active)
 	}
-	return r.cpus.UndoOnFailure(ctx, pod, func() error { return r.topology.Admit(ctx, pod) })
+	return r.topology.Admit(ctx, pod)
 }

@@ -151,7 +151,7 @@ func TestManagerUnderSingleNUMANodePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	admit := func(pd *v1.Pod) error { return m.UndoOnFailure(ctx, pd, func() error { return tm.Admit(ctx, pd) }) }
+	admit := func(pd *v1.Pod) error { return tm.Admit(ctx, pd) }
 
 	two := withUID(pod(nil, container("a", "6", "6"), container("b", "6", "6")), "two")
 	if err := admit(two); err != nil {

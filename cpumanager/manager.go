@@ -142,39 +142,35 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 	return m.commit(next)
 }
 
-// UndoOnFailure runs admit (the topology manager's admission, which calls
-// Allocate for each container) and, when it fails, takes back the CPUs it
-// gave the pod's containers, so a refused pod holds none at once rather
-// than until two reconciles found it inactive. Assignments the pod had
-// before (restored from the checkpoint) stay.
-func (m *Manager) UndoOnFailure(ctx context.Context, pod *v1.Pod, admit func() error) error {
-	if m.cfg.Static == nil {
-		return admit()
-	}
+// Allocated are the pod's containers holding exclusive CPUs.
+func (m *Manager) Allocated(podUID types.UID) []string {
 	m.mu.Lock()
-	before := map[string]bool{}
-	for name := range m.state.Assignments[string(pod.UID)] {
-		before[name] = true
+	defer m.mu.Unlock()
+	var out []string
+	for name := range m.state.Assignments[string(podUID)] {
+		out = append(out, name)
 	}
-	m.mu.Unlock()
-	err := admit()
-	if err == nil {
-		return nil
+	return out
+}
+
+// Release gives back the exclusive CPUs of the pod's named containers (the
+// topology manager's undo of a refused admission).
+func (m *Manager) Release(ctx context.Context, podUID types.UID, containers []string) {
+	if m.cfg.Static == nil {
+		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.state
-	for name := range s.Assignments[string(pod.UID)] {
-		if !before[name] {
-			s = m.cfg.Static.Release(s, string(pod.UID), name)
-		}
+	for _, name := range containers {
+		s = m.cfg.Static.Release(s, string(podUID), name)
 	}
-	if len(s.Assignments[string(pod.UID)]) != len(m.state.Assignments[string(pod.UID)]) {
-		if cerr := m.commit(s); cerr != nil {
-			klog.FromContext(ctx).Error(cerr, "Taking back the CPUs of a refused pod", "pod", klog.KObj(pod))
-		}
+	if len(s.Assignments[string(podUID)]) == len(m.state.Assignments[string(podUID)]) {
+		return
 	}
-	return err
+	if err := m.commit(s); err != nil {
+		klog.FromContext(ctx).Error(err, "Releasing CPUs", "podUID", podUID, "containers", containers)
+	}
 }
 
 // commit checkpoints s and makes it current; a state that cannot be

@@ -48,8 +48,7 @@ func admitPod(m *Manager, pod *v1.Pod) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	return m.UndoOnFailure(ctx, pod, func() error { return tm.Admit(ctx, pod) })
+	return tm.Admit(context.Background(), pod)
 }
 
 // twoCPUManager is the rig shape: 2 CPUs, reservedSystemCPUs "0".

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -16,6 +17,16 @@ type HintProvider interface {
 	GetTopologyHints(pod *v1.Pod, container *v1.Container) ProviderHints
 	GetPodTopologyHints(pod *v1.Pod) ProviderHints
 	Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container, affinity Hint) error
+}
+
+// Releaser is a provider that gives back what it allocated during an
+// admission that then failed, so a refused pod holds nothing at once;
+// what the pod held before (restored from a checkpoint) stays.
+type Releaser interface {
+	// Allocated are the pod's containers holding the provider's resources.
+	Allocated(podUID types.UID) []string
+	// Release gives back the named containers' resources.
+	Release(ctx context.Context, podUID types.UID, containers []string)
 }
 
 // AffinityError is upstream's TopologyAffinityError: the policy found no
@@ -64,8 +75,40 @@ func New(cfg Config, providers ...HintProvider) (*Manager, error) {
 // what is left), under the pod scope the pod's hints are merged once and
 // every container gets that affinity. A refusal is an AffinityError; a
 // provider's allocation error is returned as it is (it names its own
-// rejection reason or is unexpected).
+// rejection reason or is unexpected). On a failure the Releasers give back
+// what this admission gave.
 func (m *Manager) Admit(ctx context.Context, pod *v1.Pod) error {
+	held := make([]map[string]bool, len(m.providers))
+	for i, p := range m.providers {
+		if r, ok := p.(Releaser); ok {
+			held[i] = map[string]bool{}
+			for _, name := range r.Allocated(pod.UID) {
+				held[i][name] = true
+			}
+		}
+	}
+	err := m.admit(ctx, pod)
+	if err == nil {
+		return nil
+	}
+	for i, p := range m.providers {
+		if r, ok := p.(Releaser); ok {
+			var added []string
+			for _, name := range r.Allocated(pod.UID) {
+				if !held[i][name] {
+					added = append(added, name)
+				}
+			}
+			if len(added) > 0 {
+				r.Release(ctx, pod.UID, added)
+			}
+		}
+	}
+	return err
+}
+
+// admit is Admit without the release on failure.
+func (m *Manager) admit(ctx context.Context, pod *v1.Pod) error {
 	containers := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
 	for i := range pod.Spec.InitContainers {
 		containers = append(containers, &pod.Spec.InitContainers[i])

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // fakeProvider holds free units per NUMA node; a container asks for
@@ -149,5 +150,51 @@ func TestDiscoverNUMA(t *testing.T) {
 	got, err = DiscoverNUMA(t.TempDir(), false)
 	if err != nil || !reflect.DeepEqual(got.Nodes, []int{0}) {
 		t.Errorf("a machine without node dirs = %+v, %v; want node 0", got, err)
+	}
+}
+
+// releasingProvider holds "held" from before; Allocate gives each container
+// a unit and fails on "bad".
+type releasingProvider struct {
+	fakeProvider
+	holds    map[string]bool
+	released []string
+}
+
+func (r *releasingProvider) Allocate(ctx context.Context, pod *v1.Pod, c *v1.Container, hint Hint) error {
+	if c.Name == "bad" {
+		return errors.New("no room for bad")
+	}
+	r.holds[c.Name] = true
+	return nil
+}
+
+func (r *releasingProvider) Allocated(types.UID) []string {
+	var out []string
+	for name := range r.holds {
+		out = append(out, name)
+	}
+	return out
+}
+
+func (r *releasingProvider) Release(_ context.Context, _ types.UID, containers []string) {
+	for _, name := range containers {
+		delete(r.holds, name)
+		r.released = append(r.released, name)
+	}
+}
+
+// A failed admission takes back what it gave, and only that.
+func TestAdmitReleasesOnFailure(t *testing.T) {
+	p := &releasingProvider{holds: map[string]bool{"held": true}}
+	m, err := New(Config{Policy: PolicyNone, Scope: ScopeContainer, NUMA: twoNodes}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Admit(context.Background(), testPod("held", "a", "bad")); err == nil {
+		t.Fatal("admitted a pod a provider refused")
+	}
+	if !reflect.DeepEqual(p.released, []string{"a"}) || !p.holds["held"] {
+		t.Errorf("released %v (holding %v), want only a released", p.released, p.holds)
 	}
 }

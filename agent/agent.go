@@ -38,6 +38,7 @@ import (
 	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/devicemanager"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
@@ -470,9 +471,17 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if err != nil {
 		return nil, err
 	}
-	// The topology manager admits each container's CPUs and devices along one
-	// NUMA affinity (topologyManagerPolicy); under none it only allocates.
-	topology, err := topologymanager.New(topologyCfg, cpus, devices)
+	// NUMA memory (memoryManagerPolicy Static) is decided at admission and
+	// given at container creation as cpuset.mems; reservedMemory must add up to
+	// the node allocatable reservation.
+	memory, err := memorymanager.NewFromConfig(kc, nodeCtl.Reservation(), opts.RootDir, "/", clk)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the memory manager (memoryManagerPolicy %q): %w", kc.MemoryManagerPolicy, err)
+	}
+	// The topology manager admits each container's CPUs, memory and devices
+	// along one NUMA affinity (topologyManagerPolicy); under none it only
+	// allocates.
+	topology, err := topologymanager.New(topologyCfg, cpus, memory, devices)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the topology manager: %w", err)
 	}
@@ -503,6 +512,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Actuated:            actuated,
 		PodResize:           podResize,
 		CPUs:                cpus,
+		Memory:              memory,
 		Devices:             devices,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
@@ -529,7 +539,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Allocations:     allocations,
 		Actuated:        actuated,
 		EventsInUse:     eventsInUse(epleg),
-		Resources:       resourceAllocator{topology: topology, devices: devices},
+		Resources:       resourceAllocator{topology: topology, memory: memory, devices: devices},
 		TracerProvider:  tracer,
 	})
 	a.synced = loop.Synced()

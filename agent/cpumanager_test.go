@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/devicemanager"
+	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/syncloop"
 	"github.com/nodelet/nodelet/topologymanager"
 )
@@ -31,20 +32,24 @@ func (noCPURuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter)
 }
 
 // resourceAdmit is admission's resource allocation as the agent wires it:
-// the topology manager under policy over the CPU manager and a device
-// manager without plugins, on one NUMA node.
+// the topology manager under policy over the CPU manager, a memory manager
+// under policy None and a device manager without plugins, on one NUMA node.
 func resourceAdmit(t *testing.T, cpus *cpumanager.Manager, policy string) func(*v1.Pod) *syncloop.Rejection {
 	t.Helper()
 	devices, err := devicemanager.New(t.TempDir(), clock.RealClock{}, []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topologymanager.New(topologymanager.Config{Policy: policy, Scope: topologymanager.ScopeContainer,
-		Options: topologymanager.Options{MaxAllowableNUMANodes: topologymanager.DefaultMaxAllowableNUMANodes}, NUMA: topologymanager.NUMAInfo{Nodes: []int{0}}}, cpus, devices)
+	memory, err := memorymanager.New(memorymanager.Config{Policy: memorymanager.PolicyNone, RootDir: t.TempDir()}, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc := resourceAllocator{topology: topo, devices: devices}
+	topo, err := topologymanager.New(topologymanager.Config{Policy: policy, Scope: topologymanager.ScopeContainer,
+		Options: topologymanager.Options{MaxAllowableNUMANodes: topologymanager.DefaultMaxAllowableNUMANodes}, NUMA: topologymanager.NUMAInfo{Nodes: []int{0}}}, cpus, memory, devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := resourceAllocator{topology: topo, memory: memory, devices: devices}
 	return func(pod *v1.Pod) *syncloop.Rejection {
 		if err := alloc.Allocate(context.Background(), pod, nil, true); err != nil {
 			return syncloop.AllocationRejection(err)

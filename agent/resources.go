@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/devicemanager"
+	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -28,16 +29,19 @@ func topologyConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, gates config.
 }
 
 // resourceAllocator is admission's resource allocation (syncloop.Resources):
-// devices of inactive pods freed once the sources are ready, then the
-// topology manager's admission over the CPU and device managers (which
-// takes back a refused pod's new exclusive CPUs at once).
+// memory and devices of inactive pods freed once the sources are ready (as
+// upstream's managers do before allocating), then the topology manager's
+// admission over the CPU, memory and device managers (which takes back a
+// refused pod's new CPUs and memory at once).
 type resourceAllocator struct {
 	topology *topologymanager.Manager
+	memory   *memorymanager.Manager
 	devices  *devicemanager.Manager
 }
 
 func (r resourceAllocator) Allocate(ctx context.Context, pod *v1.Pod, active []*v1.Pod, sourcesReady bool) error {
 	if sourcesReady {
+		r.memory.FreeInactive(ctx, pod.UID, active)
 		r.devices.FreeInactive(pod.UID, active)
 	}
 	return r.topology.Admit(ctx, pod)

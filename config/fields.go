@@ -52,7 +52,6 @@ func FieldRules() []FieldRule {
 		return FieldRule{Path: path, Status: FieldNoEffectUpstream, Reason: reason}
 	}
 	const deprecated = "deprecated upstream: no longer has any effect"
-	const noMemoryManager = "nodelet has no memory manager: only memoryManagerPolicy None is supported"
 	return []FieldRule{
 		w("enableServer", "agent.TestEnableServerFalseServesNothing"),
 		w("staticPodPath", "podconfig.TestFileSourceDirectory"),
@@ -105,7 +104,7 @@ func FieldRules() []FieldRule {
 		w("singleProcessOOMKill", "cgroups.TestContainerSwapBehaviorSingleProcessOOMKill"),
 		w("cpuManagerPolicyOptions", "cpumanager.TestNewFromConfig"),
 		w("cpuManagerReconcilePeriod", "cpumanager.TestNewFromConfig"),
-		r("memoryManagerPolicy", noMemoryManager),
+		w("memoryManagerPolicy", "memorymanager.TestNewFromConfig"),
 		w("topologyManagerPolicy", "agent.TestTopologyManagerFromConfig"),
 		w("topologyManagerScope", "agent.TestTopologyManagerFromConfig"),
 		w("topologyManagerPolicyOptions", "agent.TestTopologyManagerFromConfig"),
@@ -169,7 +168,7 @@ func FieldRules() []FieldRule {
 		w("shutdownGracePeriodCriticalPods", "shutdown.TestGroups"),
 		w("shutdownGracePeriodByPodPriority", "shutdown.TestGroups"),
 		w("crashLoopBackOff", "podruntime.TestCrashLoopBackOffGrows"),
-		r("reservedMemory", noMemoryManager),
+		w("reservedMemory", "memorymanager.TestNewFromConfig"),
 		w("enableProfilingHandler", "agent.TestDebugHandlersFollowConfig"),
 		w("enableDebugFlagsHandler", "agent.TestDebugHandlersFollowConfig"),
 		w("seccompDefault", "test/e2e.TestSeccompDefaultRuntimeDefault"),

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	tracingapi "k8s.io/component-base/tracing/api/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -204,7 +206,10 @@ func TestRefuseUnbuilt(t *testing.T) {
 			kc.TopologyManagerScope = "pod"
 			kc.TopologyManagerPolicyOptions = map[string]string{"prefer-closest-numa-nodes": "true"}
 		}},
-		{name: "static memory manager", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) { kc.MemoryManagerPolicy = "Static" }, want: []string{"memoryManagerPolicy"}},
+		{name: "static memory manager with reserved memory is built", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
+			kc.MemoryManagerPolicy = "Static"
+			kc.ReservedMemory = []kubeletconfigv1beta1.MemoryReservation{{NumaNode: 0, Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}}
+		}},
 		{name: "two refused fields", set: func(kc *kubeletconfigv1beta1.KubeletConfiguration) {
 			kc.VolumePluginDir = "/opt/flex"
 			kc.KernelMemcgNotification = true
@@ -255,9 +260,9 @@ func TestRefuseUnbuilt(t *testing.T) {
 // TestLoadRefusesUnbuiltField: Load itself refuses, naming the field and the
 // reason.
 func TestLoadRefusesUnbuiltField(t *testing.T) {
-	p := writeFile(t, t.TempDir(), "config.yaml", header+"memoryManagerPolicy: Static\n")
+	p := writeFile(t, t.TempDir(), "config.yaml", header+"volumePluginDir: /opt/flex\n")
 	_, err := Load([]string{"--config", p})
-	if err == nil || !strings.Contains(err.Error(), `memoryManagerPolicy: is set to "Static", which nodelet does not support: nodelet has no memory manager`) {
-		t.Errorf("got %v, want the memoryManagerPolicy refusal", err)
+	if err == nil || !strings.Contains(err.Error(), `volumePluginDir: is set to "/opt/flex", which nodelet does not support: nodelet has no FlexVolume support`) {
+		t.Errorf("got %v, want the volumePluginDir refusal", err)
 	}
 }

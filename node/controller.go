@@ -172,6 +172,10 @@ type Controller struct {
 	reportFrequency       time.Duration
 	leaseDuration         time.Duration
 
+	// reservation is kubeReserved + systemReserved + the hard eviction
+	// thresholds (upstream's node allocatable reservation).
+	reservation v1.ResourceList
+
 	// Address detection; replaced in tests.
 	lookupIP       func(host string) ([]net.IP, error)
 	interfaceAddrs func() ([]net.Addr, error)
@@ -271,7 +275,8 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 		return nil, fmt.Errorf("creating node controller: %w", err)
 	}
 	c.capacity = computeCapacity(c.machine, orDefault(kc.MaxPods, defaultMaxPods), kc.PodsPerCore)
-	c.allocatable = computeAllocatable(c.capacity, computeReservation(c.capacity, kubeReserved, systemReserved, thresholds))
+	c.reservation = computeReservation(c.capacity, kubeReserved, systemReserved, thresholds)
+	c.allocatable = computeAllocatable(c.capacity, c.reservation)
 	return c, nil
 }
 
@@ -310,6 +315,11 @@ func (c *Controller) setNode(n *v1.Node) {
 
 // Capacity is the node capacity computed from the machine facts.
 func (c *Controller) Capacity() v1.ResourceList { return c.capacity.DeepCopy() }
+
+// Reservation is kubeReserved + systemReserved + the hard eviction
+// thresholds, per resource: what the memory manager's reservedMemory must
+// add up to, as upstream's node allocatable reservation.
+func (c *Controller) Reservation() v1.ResourceList { return c.reservation.DeepCopy() }
 
 // Allocatable is capacity minus kubeReserved, systemReserved and hard eviction thresholds.
 func (c *Controller) Allocatable() v1.ResourceList { return c.allocatable.DeepCopy() }

@@ -143,6 +143,25 @@ func TestCapacityAndAllocatable(t *testing.T) {
 	}
 }
 
+// The node allocatable reservation (what the memory manager's reservedMemory
+// must add up to) is kubeReserved + systemReserved + the hard thresholds.
+func TestReservation(t *testing.T) {
+	kc := kubeletconfigv1beta1.KubeletConfiguration{
+		KubeReserved:   map[string]string{"memory": "1Gi"},
+		SystemReserved: map[string]string{"cpu": "250m", "memory": "512Mi"},
+		EvictionHard:   map[string]string{"memory.available": "10%"},
+	}
+	m := testMachine()
+	m.HugePages = nil
+	c, err := New(nil, nil, Config{NodeName: "n1", Kubelet: &kc}, nil, nil, clocktesting.NewFakeClock(testNow), WithMachineInfo(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResources(t, "reservation", c.Reservation(), map[v1.ResourceName]int64{
+		v1.ResourceCPU: 250, v1.ResourceMemory: gi + 512*mi + tenPercentOf8Gi,
+	})
+}
+
 func checkResources(t *testing.T, what string, got v1.ResourceList, want map[v1.ResourceName]int64) {
 	t.Helper()
 	if len(got) != len(want) {

@@ -352,6 +352,11 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 		// never runs a moment on the shared pool.
 		res.CpusetCpus = m.cfg.CPUs.CPUSetFor(pod.UID, c.Name)
 	}
+	if m.cfg.Memory != nil {
+		// The NUMA nodes of the container's memory, as upstream sets them at
+		// creation (the memory manager never moves them afterwards).
+		res.CpusetMems = m.cfg.Memory.MemsFor(pod.UID, c.Name)
+	}
 	sc, err := containerSecurityContext(pod, c, m.securityOptions(), img)
 	if err != nil {
 		return nil, err

@@ -21,13 +21,26 @@ func (f *fakeCPUs) CPUSetFor(_ types.UID, container string) string {
 
 func (f *fakeCPUs) RemovePod(_ context.Context, uid types.UID) { f.removed = append(f.removed, uid) }
 
-// The CPU manager's cpuset reaches CreateContainer (linux cpuset_cpus), and
-// a removed pod's CPUs are released.
+// fakeMemory puts container "pinned" on NUMA node 1 and leaves the rest to the runtime.
+type fakeMemory struct{ removed []types.UID }
+
+func (f *fakeMemory) MemsFor(_ types.UID, container string) string {
+	if container == "pinned" {
+		return "1"
+	}
+	return ""
+}
+
+func (f *fakeMemory) RemovePod(_ context.Context, uid types.UID) { f.removed = append(f.removed, uid) }
+
+// The CPU manager's cpuset and the memory manager's NUMA nodes reach
+// CreateContainer (linux cpuset_cpus, cpuset_mems), and a removed pod's CPUs
+// and memory are released.
 func TestContainerCPUSetFromCPUManager(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
-	cpus := &fakeCPUs{}
-	m, _ := r.managerWithConfig(Config{CPUs: cpus})
+	cpus, mem := &fakeCPUs{}, &fakeMemory{}
+	m, _ := r.managerWithConfig(Config{CPUs: cpus, Memory: mem})
 	pod := syncPod("pinned", v1.RestartPolicyAlways, nil, "pinned", "shared")
 	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
 		t.Fatal(err)
@@ -38,6 +51,12 @@ func TestContainerCPUSetFromCPUManager(t *testing.T) {
 			t.Errorf("container %s created with cpuset %q, want %q", name, got, want)
 		}
 	}
+	for name, want := range map[string]string{"pinned": "1", "shared": ""} {
+		id := r.containerID(pod, name, runtimeapi.ContainerState_CONTAINER_RUNNING)
+		if got := r.fake.ContainerConfig(id).GetLinux().GetResources().GetCpusetMems(); got != want {
+			t.Errorf("container %s created with cpuset.mems %q, want %q", name, got, want)
+		}
+	}
 	if err := m.KillPod(ctx, pod, r.status(pod), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -46,5 +65,8 @@ func TestContainerCPUSetFromCPUManager(t *testing.T) {
 	}
 	if len(cpus.removed) != 1 || cpus.removed[0] != pod.UID {
 		t.Errorf("released %v, want the pod", cpus.removed)
+	}
+	if len(mem.removed) != 1 || mem.removed[0] != pod.UID {
+		t.Errorf("released memory of %v, want the pod", mem.removed)
 	}
 }

@@ -143,6 +143,9 @@ type Config struct {
 	// CPUs, when set, gives each new container its cpuset (the CPU manager)
 	// and is told when a pod is removed.
 	CPUs CPUAffinity
+	// Memory, when set, gives each new container its cpuset.mems (the
+	// memory manager) and is told when a pod is removed.
+	Memory MemoryAffinity
 	// Devices, when set, adds the devices allocated to a container (device
 	// plugins) to its config.
 	Devices Devices
@@ -154,6 +157,15 @@ type CPUAffinity interface {
 	// to the runtime.
 	CPUSetFor(podUID types.UID, container string) string
 	// RemovePod releases a removed pod's exclusive CPUs.
+	RemovePod(ctx context.Context, podUID types.UID)
+}
+
+// MemoryAffinity is the memory manager as container creation needs it.
+type MemoryAffinity interface {
+	// MemsFor is the cpuset.mems the container is created with; "" leaves
+	// it to the runtime.
+	MemsFor(podUID types.UID, container string) string
+	// RemovePod releases a removed pod's NUMA memory.
 	RemovePod(ctx context.Context, podUID types.UID)
 }
 
@@ -707,6 +719,9 @@ func firstIP(ips []string) string {
 func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error {
 	if m.cfg.CPUs != nil {
 		m.cfg.CPUs.RemovePod(ctx, uid)
+	}
+	if m.cfg.Memory != nil {
+		m.cfg.Memory.RemovePod(ctx, uid)
 	}
 	var errs []error
 	for _, c := range st.Containers {

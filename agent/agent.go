@@ -34,6 +34,7 @@ import (
 	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/devicemanager"
@@ -366,7 +367,10 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if err != nil {
 		return nil, fmt.Errorf("setting up pod resource allocations: %w", err)
 	}
-	allocations := allocation.NewManager(allocated, cg.resources, recorder, clk)
+	allocations := allocation.NewManager(allocated, cg.resources, allocation.StaticManagers{
+		CPU:    kc.CPUManagerPolicy == cpumanager.PolicyStatic,
+		Memory: kc.MemoryManagerPolicy == memorymanager.PolicyStatic,
+	}, recorder, clk)
 
 	// The configMaps and secrets pods reference, read per
 	// configMapAndSecretChangeDetectionStrategy by volumes, env and pull secrets.

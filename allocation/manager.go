@@ -45,6 +45,7 @@ type resizeConditions struct {
 type Manager struct {
 	allocated *State
 	opts      cgroups.ResourceOptions
+	static    StaticManagers
 	recorder  record.EventRecorder
 	clock     clock.PassiveClock
 
@@ -58,9 +59,10 @@ type Manager struct {
 }
 
 // NewManager returns a Manager over the allocated state. opts tell which
-// containers may swap (a resize of their memory request is refused).
-func NewManager(allocated *State, opts cgroups.ResourceOptions, recorder record.EventRecorder, clk clock.PassiveClock) *Manager {
-	return &Manager{allocated: allocated, opts: opts, recorder: recorder, clock: clk, conds: map[types.UID]resizeConditions{}}
+// containers may swap (a resize of their memory request is refused), static
+// which resource managers refuse resizes of Guaranteed pods.
+func NewManager(allocated *State, opts cgroups.ResourceOptions, static StaticManagers, recorder record.EventRecorder, clk clock.PassiveClock) *Manager {
+	return &Manager{allocated: allocated, opts: opts, static: static, recorder: recorder, clock: clk, conds: map[types.UID]resizeConditions{}}
 }
 
 // UpdatePodFromAllocation returns pod with its allocated resources (see the
@@ -170,7 +172,7 @@ func (m *Manager) handleResize(ctx context.Context, pod *v1.Pod, pods Pods) (boo
 		m.ClearPending(pod.UID)
 		return false, nil
 	}
-	reason, message := "", ResizeInfeasible(pod, allocated, m.opts)
+	reason, message := "", ResizeInfeasible(pod, allocated, m.opts, m.static)
 	if message != "" {
 		reason = v1.PodReasonInfeasible
 	} else {

@@ -39,7 +39,7 @@ func newTestManager(t *testing.T) (*Manager, *record.FakeRecorder, *clocktesting
 	t.Helper()
 	rec := record.NewFakeRecorder(100)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	return NewManager(NewMemoryState(), cgroups.ResourceOptions{}, rec, clk), rec, clk
+	return NewManager(NewMemoryState(), cgroups.ResourceOptions{}, StaticManagers{}, rec, clk), rec, clk
 }
 
 // events takes the events recorded so far.
@@ -125,7 +125,7 @@ func TestHandleResizeInfeasibleIsNotRetried(t *testing.T) {
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(10)
 	m := NewManager(NewMemoryState(), cgroups.ResourceOptions{SwapBehavior: cgroups.LimitedSwap, SwapControllerAvailable: true, CgroupV2: true},
-		rec, clocktesting.NewFakeClock(time.Now()))
+		StaticManagers{}, rec, clocktesting.NewFakeClock(time.Now()))
 	burstable := onePod("s", res("100m", "64Mi", "", "256Mi"))
 	if err := m.SetAllocated(burstable); err != nil {
 		t.Fatal(err)

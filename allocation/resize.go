@@ -27,14 +27,34 @@ const (
 	// MessagePodLevel: nodelet does not resize pod-level resources
 	// (spec.resources), which upstream does behind InPlacePodLevelResourcesVerticalScaling.
 	MessagePodLevel = "In-place resize of pod-level resources (InPlacePodLevelResourcesVerticalScaling) is not supported by nodelet"
+	// MessageCPUManager and MessageMemoryManager are upstream's: a
+	// Guaranteed pod's exclusive CPUs or NUMA memory are not resized
+	// (InPlacePodVerticalScalingExclusiveCPUs/-Memory, which nodelet lacks).
+	MessageCPUManager    = "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy"
+	MessageMemoryManager = "Resize is infeasible for Guaranteed Pods alongside Memory Manager static policy"
 )
 
+// StaticManagers says which resource managers place a Guaranteed pod's
+// resources for good: cpuManagerPolicy static, memoryManagerPolicy Static.
+type StaticManagers struct {
+	CPU, Memory bool
+}
+
 // ResizeInfeasible says why the resize from allocated to desired can never be
-// actuated on this node, "" when it can: a memory request change of a
-// container that may swap (unless its memory resize policy restarts it), as
-// upstream; a change of pod-level resources, which nodelet lacks. Whether it
-// fits the node now is the admission's question, asked after this one.
-func ResizeInfeasible(desired, allocated *v1.Pod, opts cgroups.ResourceOptions) string {
+// actuated on this node, "" when it can: a Guaranteed pod under a static CPU
+// or memory manager, or a memory request change of a container that may swap
+// (unless its memory resize policy restarts it), as upstream; a change of
+// pod-level resources, which nodelet lacks. Whether it fits the node now is
+// the admission's question, asked after this one.
+func ResizeInfeasible(desired, allocated *v1.Pod, opts cgroups.ResourceOptions, static StaticManagers) string {
+	if cgroups.QOSClass(desired) == v1.PodQOSGuaranteed {
+		switch {
+		case static.CPU:
+			return MessageCPUManager
+		case static.Memory:
+			return MessageMemoryManager
+		}
+	}
 	alloc := map[string]*v1.Container{}
 	for _, list := range [][]v1.Container{allocated.Spec.Containers, allocated.Spec.InitContainers} {
 		for i := range list {

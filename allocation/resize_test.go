@@ -59,6 +59,7 @@ func TestResizeInfeasible(t *testing.T) {
 		policy             []v1.ContainerResizePolicy
 		podLevel           bool
 		opts               cgroups.ResourceOptions
+		static             StaticManagers
 		want               string
 	}{
 		{name: "cpu and memory, no swap", allocated: res("100m", "64Mi", "", "128Mi"), desired: res("200m", "128Mi", "", "256Mi"), want: ""},
@@ -67,6 +68,9 @@ func TestResizeInfeasible(t *testing.T) {
 		{name: "cpu of a swapping container", allocated: res("100m", "64Mi", "", "128Mi"), desired: res("300m", "64Mi", "", "128Mi"), opts: limited, want: ""},
 		{name: "guaranteed never swaps", allocated: res("100m", "64Mi", "100m", "64Mi"), desired: res("100m", "96Mi", "100m", "96Mi"), opts: limited, want: ""},
 		{name: "pod-level resources", allocated: res("100m", "", "", ""), desired: res("100m", "", "", ""), podLevel: true, want: MessagePodLevel},
+		{name: "guaranteed under the static CPU manager", allocated: res("1", "64Mi", "1", "64Mi"), desired: res("2", "64Mi", "2", "64Mi"), static: StaticManagers{CPU: true}, want: MessageCPUManager},
+		{name: "guaranteed under the static memory manager", allocated: res("1", "64Mi", "1", "64Mi"), desired: res("1", "96Mi", "1", "96Mi"), static: StaticManagers{Memory: true}, want: MessageMemoryManager},
+		{name: "burstable under both static managers", allocated: res("100m", "64Mi", "", "128Mi"), desired: res("200m", "64Mi", "", "128Mi"), static: StaticManagers{CPU: true, Memory: true}, want: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			allocated := podWith(v1.Container{Name: "c", Resources: tc.allocated, ResizePolicy: tc.policy})
@@ -74,7 +78,7 @@ func TestResizeInfeasible(t *testing.T) {
 			if tc.podLevel {
 				desired.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}}
 			}
-			if got := ResizeInfeasible(desired, allocated, tc.opts); got != tc.want {
+			if got := ResizeInfeasible(desired, allocated, tc.opts, tc.static); got != tc.want {
 				t.Errorf("ResizeInfeasible = %q, want %q", got, tc.want)
 			}
 		})

@@ -226,7 +226,7 @@ func New(cfg Config, deps Deps) *Loop {
 		deps.NodeObject = func(context.Context, bool) (*v1.Node, error) { return &v1.Node{}, nil }
 	}
 	if deps.Allocations == nil {
-		deps.Allocations = allocation.NewManager(allocation.NewMemoryState(), cgroups.ResourceOptions{}, deps.Recorder, deps.Clock)
+		deps.Allocations = allocation.NewManager(allocation.NewMemoryState(), cgroups.ResourceOptions{}, allocation.StaticManagers{}, deps.Recorder, deps.Clock)
 	}
 	tp := deps.TracerProvider
 	if tp == nil {

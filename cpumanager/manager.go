@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/periodic"
+	"github.com/nodelet/nodelet/internal/resourcestate"
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -64,27 +64,19 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 	}
 	m := &Manager{cfg: cfg, rt: rt, running: running, active: active, clock: clk, applied: map[string]cpuset.CPUSet{}, stale: map[string]bool{}}
 	path := m.checkpointPath()
-	s, ok, err := readCheckpoint(path, cfg.Policy)
-	if errors.Is(err, errCorrupt) && cfg.Static == nil {
-		// Under policy none the checkpoint holds no assignment: a corrupt one loses
-		// nothing, so it is set aside and the node starts (a static one still refuses, as
-		// upstream: its assignments are unknown).
-		aside, serr := atomicfile.SetAside(path, clk.Now())
-		klog.ErrorS(err, "Ignoring a corrupt CPU manager checkpoint under policy none", "path", path, "setAsideTo", aside, "setAsideErr", serr)
-		s, ok, err = State{}, false, nil
+	r := resourcestate.Restore[State]{
+		What: "CPU manager", Path: path, Corrupt: errCorrupt, Assigns: cfg.Static != nil,
+		Read: func() (State, bool, error) { return readCheckpoint(path, cfg.Policy) },
+		Empty: func() State {
+			return State{DefaultCPUSet: cpuset.New(), Assignments: map[string]map[string]cpuset.CPUSet{}}
+		},
 	}
-	if err == nil && ok && cfg.Static != nil {
-		err = cfg.Static.ValidateState(s)
+	if cfg.Static != nil {
+		r.Validate, r.Initial = cfg.Static.ValidateState, cfg.Static.InitialState
 	}
+	s, ok, err := r.Run(clk.Now())
 	if err != nil {
-		return nil, fmt.Errorf("could not restore state from checkpoint: %w, please drain this node and delete the CPU manager checkpoint file %q before restarting nodelet", err, path)
-	}
-	switch {
-	case ok:
-	case cfg.Static != nil:
-		s = cfg.Static.InitialState()
-	default:
-		s = State{DefaultCPUSet: cpuset.New(), Assignments: map[string]map[string]cpuset.CPUSet{}}
+		return nil, err
 	}
 	m.state = s
 	if err := writeCheckpoint(path, cfg.Policy, s); err != nil {
@@ -146,11 +138,7 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 func (m *Manager) Allocated(podUID types.UID) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []string
-	for name := range m.state.Assignments[string(podUID)] {
-		out = append(out, name)
-	}
-	return out
+	return resourcestate.Containers(m.state.Assignments, string(podUID))
 }
 
 // Release gives back the exclusive CPUs of the pod's named containers (the

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/resourcestate"
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -50,24 +50,19 @@ func New(cfg Config, clk clock.Clock) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg}
 	path := m.checkpointPath()
-	s, ok, err := readCheckpoint(path, cfg.Policy)
-	if errors.Is(err, errCorrupt) && cfg.Static == nil {
-		aside, serr := atomicfile.SetAside(path, clk.Now())
-		klog.ErrorS(err, "Ignoring a corrupt memory manager checkpoint under policy None", "path", path, "setAsideTo", aside, "setAsideErr", serr)
-		s, ok, err = State{}, false, nil
+	r := resourcestate.Restore[State]{
+		What: "memory manager", Path: path, Corrupt: errCorrupt, Assigns: cfg.Static != nil,
+		Read: func() (State, bool, error) { return readCheckpoint(path, cfg.Policy) },
+		Empty: func() State {
+			return State{Machine: NodeMap{}, Assignments: map[string]map[string][]Block{}, Reusable: map[string]map[string]map[v1.ResourceName]uint64{}}
+		},
 	}
-	if err == nil && ok && cfg.Static != nil {
-		err = cfg.Static.ValidateState(s)
+	if cfg.Static != nil {
+		r.Validate, r.Initial = cfg.Static.ValidateState, cfg.Static.InitialState
 	}
+	s, ok, err := r.Run(clk.Now())
 	if err != nil {
-		return nil, fmt.Errorf("could not restore state from checkpoint: %w, please drain this node and delete the memory manager checkpoint file %q before restarting nodelet", err, path)
-	}
-	switch {
-	case ok:
-	case cfg.Static != nil:
-		s = cfg.Static.InitialState()
-	default:
-		s = State{Machine: NodeMap{}, Assignments: map[string]map[string][]Block{}, Reusable: map[string]map[string]map[v1.ResourceName]uint64{}}
+		return nil, err
 	}
 	m.state = s
 	if err := writeCheckpoint(path, cfg.Policy, s); err != nil {
@@ -137,11 +132,7 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 func (m *Manager) Allocated(podUID types.UID) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []string
-	for name := range m.state.Assignments[string(podUID)] {
-		out = append(out, name)
-	}
-	return out
+	return resourcestate.Containers(m.state.Assignments, string(podUID))
 }
 
 // Release gives back the memory of the pod's named containers.

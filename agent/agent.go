@@ -692,7 +692,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 			logger.Error(err, "Device plugin manager stopped")
 		}
 	})
-	// No CPU manager yet: containers list no exclusive CPUs.
+	// Exclusive CPUs from the CPU manager, devices (with their NUMA nodes)
+	// from the device manager.
 	podResources := podresources.NewServer(loop, devices, podResourcesCPUs{cpus})
 	add(&rest, "pod resources API", func(ctx context.Context) {
 		if err := podresources.Serve(ctx, filepath.Join(opts.RootDir, podresources.DirName), podResources); err != nil {

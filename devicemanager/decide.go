@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -239,5 +241,46 @@ func setOf(ds []string) map[string]bool {
 func sorted(ds []string) []string {
 	out := append([]string(nil), ds...)
 	sort.Strings(out)
+	return out
+}
+
+// byNUMA renders a resource's devices for the pod resources API as
+// upstream: grouped by NUMA node (a device on several nodes under each),
+// nodes ascending, then the devices whose plugin reports no topology in one
+// entry without it; perDevice gives each device and node its own entry
+// (GetAllocatableResources' shape).
+func byNUMA(res string, ids []string, numa map[string][]int, perDevice bool) []*podresourcesapi.ContainerDevices {
+	groups := map[int][]string{}
+	var noTopology []string
+	for _, d := range sorted(ids) {
+		if len(numa[d]) == 0 {
+			noTopology = append(noTopology, d)
+			continue
+		}
+		for _, n := range numa[d] {
+			groups[n] = append(groups[n], d)
+		}
+	}
+	var out []*podresourcesapi.ContainerDevices
+	add := func(devs []string, topo *podresourcesapi.TopologyInfo) {
+		if !perDevice {
+			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: devs, Topology: topo})
+			return
+		}
+		for _, d := range devs {
+			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: []string{d}, Topology: topo})
+		}
+	}
+	nodes := make([]int, 0, len(groups))
+	for n := range groups {
+		nodes = append(nodes, n)
+	}
+	sort.Ints(nodes)
+	for _, n := range nodes {
+		add(groups[n], &podresourcesapi.TopologyInfo{Nodes: []*podresourcesapi.NUMANode{{ID: int64(n)}}})
+	}
+	if len(noTopology) > 0 {
+		add(noTopology, nil)
+	}
 	return out
 }

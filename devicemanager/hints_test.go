@@ -2,12 +2,14 @@ package devicemanager
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/topologymanager"
@@ -128,8 +130,11 @@ func TestManagerTopologyHintsAndAlignedAllocation(t *testing.T) {
 	if err := m.Allocate(ctx, one, &one.Spec.Containers[0], topologymanager.Hint{Affinity: mask(t, 1), Preferred: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.ContainerDevices(one.UID, "c"); len(got) != 1 || got[0].DeviceIds[0] != "b" {
-		t.Errorf("node 1 affinity gave %v, want device b", got)
+	if got := m.ContainerDevices(one.UID, "c"); len(got) != 1 || got[0].DeviceIds[0] != "b" || got[0].GetTopology().GetNodes()[0].GetID() != 1 {
+		t.Errorf("node 1 affinity gave %v, want device b on node 1", got)
+	}
+	if got := m.AllocatableDevices(); len(got) != 3 || got[0].DeviceIds[0] != "a" || got[0].GetTopology().GetNodes()[0].GetID() != 0 {
+		t.Errorf("allocatable devices %v, want a, b and c with their nodes", got)
 	}
 	// Node 1 has one device left: two no longer fit there; both nodes are
 	// not preferred, as node 1 alone could hold two.
@@ -144,5 +149,26 @@ func TestManagerTopologyHintsAndAlignedAllocation(t *testing.T) {
 	none := gpuPod("u2", 0)
 	if got := m.GetTopologyHints(none, &none.Spec.Containers[0]); len(got) != 0 {
 		t.Errorf("hints for no devices: %v", got)
+	}
+}
+
+func TestByNUMA(t *testing.T) {
+	render := func(cds []*podresourcesapi.ContainerDevices) []string {
+		var out []string
+		for _, cd := range cds {
+			s := strings.Join(cd.DeviceIds, ",") + "@"
+			for _, n := range cd.GetTopology().GetNodes() {
+				s += strconv.FormatInt(n.ID, 10)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	numa := map[string][]int{"d0": {0}, "d1": {0}, "d2": {1}, "both": {0, 1}}
+	if diff := cmp.Diff([]string{"both,d0,d1@0", "both,d2@1", "x@"}, render(byNUMA("r", []string{"d2", "x", "d1", "d0", "both"}, numa, false))); diff != "" {
+		t.Errorf("grouped (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"d0@0", "d1@0", "d2@1", "x@"}, render(byNUMA("r", []string{"d2", "x", "d1", "d0"}, numa, true))); diff != "" {
+		t.Errorf("per device (-want +got):\n%s", diff)
 	}
 }

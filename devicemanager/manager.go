@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -701,28 +703,32 @@ func (m *Manager) ApplyDevices(ctx context.Context, pod *v1.Pod, container *v1.C
 	return nil
 }
 
-// ContainerDevices are the container's devices, for the pod resources API.
+// ContainerDevices are the container's devices, for the pod resources API:
+// per resource, grouped by the NUMA node their plugin reports, as upstream.
 func (m *Manager) ContainerDevices(uid types.UID, container string) []*podresourcesapi.ContainerDevices {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*podresourcesapi.ContainerDevices
-	for res, a := range m.pods[uid][container] {
-		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: append([]string{}, a.ids...)})
+	for _, res := range slices.Sorted(maps.Keys(m.pods[uid][container])) {
+		var numa map[string][]int
+		if rs := m.resources[res]; rs != nil {
+			numa = rs.numa
+		}
+		out = append(out, byNUMA(res, m.pods[uid][container][res].ids, numa, false)...)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
 	return out
 }
 
-// AllocatableDevices are the healthy devices, for the pod resources API.
+// AllocatableDevices are the healthy devices, for the pod resources API: one
+// entry per device and NUMA node, as upstream.
 func (m *Manager) AllocatableDevices() []*podresourcesapi.ContainerDevices {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*podresourcesapi.ContainerDevices
-	for res, rs := range m.resources {
-		if len(rs.healthy) > 0 {
-			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: append([]string{}, rs.healthy...)})
+	for _, res := range slices.Sorted(maps.Keys(m.resources)) {
+		if rs := m.resources[res]; len(rs.healthy) > 0 {
+			out = append(out, byNUMA(res, rs.healthy, rs.numa, true)...)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
 	return out
 }

@@ -24,8 +24,8 @@ var startCutMarks = []string{"context canceled", "ttrpc: closed", "transport is 
 // its start was cut off, not because of anything in the container: left CREATED
 // (the caller stopped between CreateContainer and StartContainer), or EXITED
 // without ever starting with containerd's StartError for a cancelled call or its
-// Unknown for a start the restarted runtime lost, or UNKNOWN with neither a creation
-// nor a start time (the runtime lost its creation). Such an attempt is no restart
+// Unknown for a start the restarted runtime lost, or UNKNOWN with that reason and no
+// start time (the runtime lost the status of its creation). Such an attempt is no restart
 // of the container: the agent replaces it and reuses its attempt number, so a
 // pod started across a crash of nodelet or the runtime ends with one container
 // and restart count 0, as if nothing had happened.
@@ -35,11 +35,12 @@ func StartWasCut(c *runtimeapi.ContainerStatus) bool {
 		return true
 	case runtimeapi.ContainerState_CONTAINER_UNKNOWN:
 		// containerd killed inside CreateContainer: restarted, it finds the container
-		// without the status its creation would have written and reports it UNKNOWN
-		// with no creation or start time (it sets a start time when it finds its
-		// task running). Removing it stops it first (containerd force-stops UNKNOWN
-		// containers on removal).
-		return c.GetCreatedAt() == 0 && c.GetStartedAt() == 0
+		// without the status its creation writes and reports it UNKNOWN with its
+		// Unknown reason and no start time (ContainerStatus fills the creation time
+		// from the container's metadata; a task found running would have a start
+		// time). Removing it stops it first: containerd force-stops UNKNOWN
+		// containers on removal.
+		return c.GetStartedAt() == 0 && c.GetReason() == reasonUnknown
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
 	default:
 		return false

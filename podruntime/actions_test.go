@@ -113,8 +113,10 @@ func exited(code int32) ctrState {
 var (
 	startCancelled = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 128, reason: "StartError",
 		message: "failed to create containerd task: failed to create shim task: context canceled"}
-	startLost   = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 255, reason: "Unknown"}
-	startFailed = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 128, reason: "StartError",
+	startLost = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 255, reason: "Unknown"}
+	// containerd killed inside CreateContainer lost the status the creation writes.
+	creationLost = ctrState{state: runtimeapi.ContainerState_CONTAINER_UNKNOWN, exit: 255, reason: "Unknown"}
+	startFailed  = ctrState{state: runtimeapi.ContainerState_CONTAINER_EXITED, exit: 128, reason: "StartError",
 		message: `failed to create containerd task: failed to create shim task: OCI runtime create failed: exec: "nope": executable file not found in $PATH`}
 )
 
@@ -499,14 +501,12 @@ func TestCutStartIgnoresBackOff(t *testing.T) {
 		{"lost start", startLost, true},
 		{"own start failure", startFailed, false},
 		{"crash", exited(1), false},
-		{"creation lost by a restarted runtime (UNKNOWN, no times)", unknown, true},
+		{"creation's status lost by a restarted runtime", creationLost, true},
 	} {
 		f := f
 		f.st = &pleg.PodStatus{Sandboxes: f.st.Sandboxes}
 		f = f.add("app", tc.state)
-		if tc.state.state == runtimeapi.ContainerState_CONTAINER_UNKNOWN {
-			f.st.Containers[0].CreatedAt = 0 // what containerd reports when it lost the creation
-		} else {
+		if tc.state.state != runtimeapi.ContainerState_CONTAINER_UNKNOWN {
 			f.st.Containers[0].FinishedAt = clk.Now().UnixNano()
 		}
 		a := ComputeActions(f.pod, f.st, bo, clk.Now())

@@ -192,36 +192,44 @@ func TestBurst(t *testing.T) {
 	}
 }
 
-// profileAgent writes a CPU profile of the node agent's next BENCH_PROFILE_SECONDS (default
-// 30) to BENCH_PROFILE, if set, fetched through the API server's nodes/proxy as an operator
-// would (both agents serve /debug/pprof with enableProfilingHandler, on by default). The
-// channel is closed when the profile is written or failed (logged, the bench goes on).
-func profileAgent(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) <-chan struct{} {
+// agentProfile writes the node agent's pprof profile kind (with params) to out, fetched through
+// the API server's nodes/proxy as an operator would (both agents serve /debug/pprof with
+// enableProfilingHandler, on by default); nothing when out is "". The channel is closed when
+// the profile is written or failed (logged: the bench goes on).
+func agentProfile(t *testing.T, ctx context.Context, cs kubernetes.Interface, node, kind string, params map[string]string, out string) <-chan struct{} {
 	t.Helper()
 	done := make(chan struct{})
-	out := os.Getenv("BENCH_PROFILE")
 	if out == "" {
 		close(done)
 		return done
 	}
-	secs := os.Getenv("BENCH_PROFILE_SECONDS")
-	if _, err := strconv.Atoi(secs); err != nil {
-		secs = "30"
-	}
 	go func() {
 		defer close(done)
-		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/debug/pprof/profile").
-			Param("seconds", secs).Timeout(2 * time.Minute).DoRaw(ctx)
+		req := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/debug/pprof", kind).Timeout(2 * time.Minute)
+		for k, v := range params {
+			req = req.Param(k, v)
+		}
+		b, err := req.DoRaw(ctx)
 		if err == nil {
 			err = os.WriteFile(out, b, 0o644)
 		}
 		if err != nil {
-			t.Logf("CPU profile of the agent: %v", err)
+			t.Logf("%s profile of the agent: %v", kind, err)
 			return
 		}
-		t.Logf("CPU profile of the agent's %ss from the burst's start: %s", secs, out)
+		t.Logf("%s profile of the agent %v: %s", kind, params, out)
 	}()
 	return done
+}
+
+// profileAgent takes a CPU profile of the agent's next BENCH_PROFILE_SECONDS (default 30) into
+// BENCH_PROFILE, if set.
+func profileAgent(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) <-chan struct{} {
+	secs := os.Getenv("BENCH_PROFILE_SECONDS")
+	if _, err := strconv.Atoi(secs); err != nil {
+		secs = "30"
+	}
+	return agentProfile(t, ctx, cs, node, "profile", map[string]string{"seconds": secs}, os.Getenv("BENCH_PROFILE"))
 }
 
 // printTimeline prints where the burst's time went: when the API server had answered

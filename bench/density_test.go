@@ -92,6 +92,9 @@ func TestDensity(t *testing.T) {
 	_, cpu1 := procStats(t, n.Pid())
 	window := time.Since(t0)
 	h1 := agentHistogram(t, ctx, f, relistHistogram)
+	if out := os.Getenv("BENCH_PROFILE"); out != "" {
+		<-agentProfile(t, ctx, cs, f.Env.NodeName, "heap", nil, out+".heap") // what the RSS holds
+	}
 	const mib = 1 << 20
 	fmt.Printf("BENCH density pods=%d agent RSS mean=%.1fMiB max=%.1fMiB, CPU mean=%.2f%% of a core (%.2fs over %v)\n",
 		count, float64(rssSum)/float64(samples)/mib, float64(rssMax)/mib,

@@ -79,7 +79,7 @@ fi
 CTR_BIN=ctr
 cdbin=$(sed -n 's/^CONTAINERD_BIN_DIR=//p' "$RIG_DIR/rig.env" 2>/dev/null)
 if [[ -n "$cdbin" && -x "$cdbin/ctr" ]]; then CTR_BIN=$cdbin/ctr; fi
-ctr() { "$CTR_BIN" "$@"; }
+ctr() { command "$CTR_BIN" "$@"; } # command: CTR_BIN "ctr" must not call this function
 if [[ -S "$SOCK" ]] && ctr -a "$SOCK" version >/dev/null 2>&1; then
 	if [[ -x "$BIN/rigcri" ]]; then
 		ctrflag=()

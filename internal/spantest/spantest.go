@@ -1,5 +1,6 @@
-// Package spantest records the spans a test makes, in memory. It imports
-// testing, so only tests may import it.
+// Package spantest records the spans a test makes, in memory (New) or as an
+// OTLP collector would (StartOTLPReceiver). It imports testing, so only tests
+// may import it.
 package spantest
 
 import (

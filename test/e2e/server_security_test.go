@@ -46,33 +46,7 @@ func TestKubeletAPIEncodedPathsNeedTheirOwnGrant(t *testing.T) {
 	metricsToken := grantedToken(t, ctx, f, ns, "metrics-reader", "nodes/metrics", "get")
 	statsToken := grantedToken(t, ctx, f, ns, "stats-reader", "nodes/stats", "get", "create")
 
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(f.Env.CACert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.AppendCertsFromPEM(caPEM)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second,
-		// A redirect would be a second request for another path: the answer to the first is what counts.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	base := fmt.Sprintf("https://127.0.0.1:%d", f.Env.NodeletPort)
-	do := func(ctx context.Context, token, method, target string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, method, base+target, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if got := req.URL.RequestURI(); got != target {
-			return 0, "", &framework.StopError{Err: fmt.Errorf("the client would send %q, not %q", got, target)}
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
+	do := newKubeletClient(t, f, nil).do
 
 	// The grants work (RBAC has caught up once they do).
 	for _, ok := range []struct{ token, method, target string }{
@@ -126,6 +100,56 @@ func TestKubeletAPIEncodedPathsNeedTheirOwnGrant(t *testing.T) {
 			t.Errorf("%s %s with only nodes/%s: %d %.300q, want 403", r.method, r.target, r.who, code, body)
 		}
 	}
+}
+
+// kubeletClient sends requests straight to nodelet's HTTPS port on 127.0.0.1 (its serving
+// certificate checked against the rig's CA), with a client certificate or none. It sends each
+// target exactly as written and never follows a redirect: a redirect would be a second request
+// for another path, and the answer to the first is what counts.
+type kubeletClient struct {
+	base string
+	hc   *http.Client
+}
+
+func newKubeletClient(t *testing.T, f *framework.Framework, cert *tls.Certificate) *kubeletClient {
+	t.Helper()
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(f.Env.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(caPEM)
+	tc := &tls.Config{RootCAs: pool}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	return &kubeletClient{
+		base: fmt.Sprintf("https://127.0.0.1:%d", f.Env.NodeletPort),
+		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 20 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+	}
+}
+
+// do sends method target with the bearer token (none when "") and returns the status and
+// body. A target the client would have sent spelled otherwise is a *framework.StopError.
+func (k *kubeletClient) do(ctx context.Context, token, method, target string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, k.base+target, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if got := req.URL.RequestURI(); got != target {
+		return 0, "", &framework.StopError{Err: fmt.Errorf("the client would send %q, not %q", got, target)}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := k.hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }
 
 // grantedToken creates service account name in ns, a ClusterRole allowing verbs on

@@ -335,30 +335,13 @@ func TestKubeletAPI(t *testing.T) {
 	})
 
 	t.Run("direct 401 and 403", func(t *testing.T) {
-		pool := x509.NewCertPool()
-		caPEM, err := os.ReadFile(f.Env.CACert)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool.AppendCertsFromPEM(caPEM)
 		// The serving cert verifies against the rig's CA for 127.0.0.1.
-		base := fmt.Sprintf("https://127.0.0.1:%d", f.Env.NodeletPort)
 		do := func(cert *tls.Certificate, token, path string) (int, string) {
-			tc := &tls.Config{RootCAs: pool}
-			if cert != nil {
-				tc.Certificates = []tls.Certificate{*cert}
-			}
-			req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 20 * time.Second}).Do(req)
+			code, body, err := newKubeletClient(t, f, cert).do(ctx, token, http.MethodGet, path)
 			if err != nil {
 				t.Fatalf("GET %s: %v", path, err)
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, strings.TrimSpace(string(b))
+			return code, strings.TrimSpace(body)
 		}
 		if code, body := do(nil, "", "/pods"); code != 401 || body != "Unauthorized" {
 			t.Errorf("no credentials: %d %q", code, body)

@@ -27,17 +27,19 @@
 #   fuzz targets                     420s (hack/fuzz.sh: each target FUZZTIME, default 15s;
 #                                         317-404s cold with the build cache empty, ~75s warm)
 #   build nodelet                     90s
-#   rig up                            90s (21s on 2026-12-06)
-#   e2e tests                       1180s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
+#   rig up                            70s (21s on 2026-12-06; was 90s, lowered to make room for
+#                                         the observability e2e tests)
+#   e2e tests                       1210s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
 #                                         PLEG included; the CPU manager, device plugin and
-#                                         leaked-task tests added ~45s on 2026-12-07)
+#                                         leaked-task tests added ~45s on 2026-12-07; issue 22's
+#                                         observability tests 27-28s on 2026-12-07, quiet rig)
 #   chaos tests                      740s (all eight fault-suite tests with CI counts; 653s in a
 #                                         CI run on 2026-12-06; TestNodeletKilledMidBurst 29-46s)
 #   vm test                          320s (291s on 2026-12-06)
 #   NodeConformance slice            440s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm,
 #                                         434s on 2026-12-06 building them)
-#   total                           5380s (89.7 min)
+#   total                           5390s (89.8 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -135,12 +137,12 @@ if [[ "${SKIP_E2E:-0}" == 1 ]]; then
 	exit 0
 fi
 
-section "rig up" 90
+section "rig up" 70
 RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests" 1180
+section "e2e tests" 1210
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...

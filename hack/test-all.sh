@@ -32,7 +32,8 @@
 #   e2e tests                       1210s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
 #                                         PLEG included; the CPU manager, device plugin and
 #                                         leaked-task tests added ~45s on 2026-12-07; issue 22's
-#                                         observability tests 27-28s on 2026-12-07, quiet rig)
+#                                         observability tests 27-28s on 2026-12-07, quiet rig;
+#                                         the whole suite, 86 tests, 1201s that day on a quiet rig)
 #   chaos tests                      740s (all eight fault-suite tests with CI counts; 653s in a
 #                                         CI run on 2026-12-06; TestNodeletKilledMidBurst 29-46s)
 #   vm test                          320s (291s on 2026-12-06)

@@ -6,7 +6,7 @@
 #   BENCH_PODS=50 bash bench/compare.sh
 #   BENCH_RUN=TestCSIMount bash bench/compare.sh   # CSI claim pods (10), test driver of the rig
 #   BENCH_RUN='TestBurst$' bash bench/compare.sh   # 110 pods at once (BENCH_PODS); floor: TestBurstCRIFloor
-#   BENCH_RUN='TestBurst$' BENCH_PROFILE=/tmp/burst bash bench/compare.sh  # + each agent's CPU profile: /tmp/burst.<agent>.pprof
+#   BENCH_RUN='TestBurst$' BENCH_PROFILE=/tmp/p bash bench/compare.sh  # + each agent's CPU profile of the burst: /tmp/p.<agent>.pprof (TestDensity: its heap, /tmp/p.<agent>.pprof.heap)
 #   BENCH_RUN=TestDensity bash bench/compare.sh    # 250 pods running (BENCH_DENSITY_PODS): footprint, relist, /stats/summary
 #   BENCH_RUN=TestEventLatency bash bench/compare.sh  # kill -> pod status, generic and evented PLEG (BENCH_KILLS)
 # After both agents it runs the run's runtime floor once (TestPodStartupCRIFloor, TestBurstCRIFloor;

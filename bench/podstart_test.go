@@ -166,13 +166,9 @@ func procStats(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 			rss = kb << 10
 		}
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	_, cpu, err = procCPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := strings.Fields(string(stat)[strings.LastIndex(string(stat), ")")+2:])
-	ut, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return rss, time.Duration(ut+st) * time.Second / clkTck
+	return rss, cpu
 }

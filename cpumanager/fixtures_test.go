@@ -14,7 +14,8 @@ import (
 type fixtureCPU struct{ socket, core, node int }
 
 // writeSysfs writes a sysfs tree under a temp root: cpu*/topology files,
-// the online list and node*/cpulist.
+// the online list and, withNodes, node*/cpulist with node*/cpu* links to the
+// CPU directories as the kernel makes them.
 func writeSysfs(t *testing.T, online string, cpus map[int]fixtureCPU, withNodes bool) string {
 	t.Helper()
 	root := t.TempDir()
@@ -37,6 +38,15 @@ func writeSysfs(t *testing.T, online string, cpus map[int]fixtureCPU, withNodes 
 			nodes[c.node] += ","
 		}
 		nodes[c.node] += strconv.Itoa(id)
+		if withNodes {
+			nodeDir := filepath.Join(root, "sys/devices/system/node/node"+strconv.Itoa(c.node))
+			if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../../cpu/cpu"+strconv.Itoa(id), filepath.Join(nodeDir, "cpu"+strconv.Itoa(id))); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if withNodes {
 		for n, list := range nodes {

@@ -2,13 +2,12 @@ package cpumanager
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
+	info "github.com/google/cadvisor/lib/model"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/internal/machineinfo"
 )
 
 // CPUInfo places one logical CPU. CoreID is unique on the machine (the
@@ -86,82 +85,38 @@ func (t *Topology) cpusOf(key func(CPUInfo) int, v int) cpuset.CPUSet {
 }
 
 // DiscoverTopology reads the CPU topology of the online CPUs under root
-// ("/" on a real host; a fixture tree in tests).
+// ("/" on a real host; a fixture tree in tests) through cadvisor's
+// machine-info code, as upstream. A machine without NUMA node directories
+// has one node per socket, as cadvisor reports it.
 func DiscoverTopology(root string) (*Topology, error) {
-	cpuDir := filepath.Join(root, "sys/devices/system/cpu")
-	online, err := readCPUList(filepath.Join(cpuDir, "online"))
+	nodes, err := machineinfo.Nodes(root)
 	if err != nil {
 		return nil, fmt.Errorf("discovering CPU topology: %w", err)
 	}
-	numaOfCPU := map[int]int{}
-	nodeDirs, _ := filepath.Glob(filepath.Join(root, "sys/devices/system/node/node[0-9]*"))
-	for _, dir := range nodeDirs {
-		node, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "node"))
-		if err != nil {
-			continue
-		}
-		cpus, err := readCPUList(filepath.Join(dir, "cpulist"))
-		if err != nil {
-			return nil, fmt.Errorf("discovering CPU topology: %w", err)
-		}
-		for _, c := range cpus.UnsortedList() {
-			numaOfCPU[c] = node
-		}
-	}
-	type coreKey struct{ socket, core int }
-	lowest := map[coreKey]int{}
-	raw := map[int]coreKey{}
-	for _, c := range online.List() {
-		topo := filepath.Join(cpuDir, "cpu"+strconv.Itoa(c), "topology")
-		socket, err := readInt(filepath.Join(topo, "physical_package_id"))
-		if err != nil {
-			return nil, fmt.Errorf("discovering CPU topology of cpu%d: %w", c, err)
-		}
-		core, err := readInt(filepath.Join(topo, "core_id"))
-		if err != nil {
-			return nil, fmt.Errorf("discovering CPU topology of cpu%d: %w", c, err)
-		}
-		k := coreKey{socket, core}
-		raw[c] = k
-		if l, ok := lowest[k]; !ok || c < l {
-			lowest[k] = c
+	return topologyFromNodes(nodes)
+}
+
+// topologyFromNodes turns cadvisor's nodes into a Topology: a core's unique
+// id is its lowest thread, because cadvisor's core id repeats across sockets.
+func topologyFromNodes(nodes []info.Node) (*Topology, error) {
+	t := &Topology{CPUDetails: map[int]CPUInfo{}}
+	sockets, numa := map[int]bool{}, map[int]bool{}
+	for _, node := range nodes {
+		for _, core := range node.Cores {
+			if len(core.Threads) == 0 {
+				continue
+			}
+			id := slices.Min(core.Threads)
+			for _, cpu := range core.Threads {
+				t.CPUDetails[cpu] = CPUInfo{SocketID: core.SocketID, CoreID: id, NUMANodeID: node.Id}
+			}
+			t.NumCores++
+			sockets[core.SocketID], numa[node.Id] = true, true
 		}
 	}
-	t := &Topology{NumCPUs: online.Size(), CPUDetails: map[int]CPUInfo{}}
-	sockets, nodes := map[int]bool{}, map[int]bool{}
-	for c, k := range raw {
-		// A machine without /sys/devices/system/node is one NUMA node (0).
-		info := CPUInfo{SocketID: k.socket, CoreID: lowest[k], NUMANodeID: numaOfCPU[c]}
-		t.CPUDetails[c] = info
-		sockets[info.SocketID], nodes[info.NUMANodeID] = true, true
-	}
-	t.NumCores, t.NumSockets, t.NumNUMANodes = len(lowest), len(sockets), len(nodes)
+	t.NumCPUs, t.NumSockets, t.NumNUMANodes = len(t.CPUDetails), len(sockets), len(numa)
 	if t.NumCPUs == 0 {
-		return nil, fmt.Errorf("discovering CPU topology: no online CPUs under %s", cpuDir)
+		return nil, fmt.Errorf("discovering CPU topology: no online CPUs")
 	}
 	return t, nil
-}
-
-func readCPUList(path string) (cpuset.CPUSet, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cpuset.New(), fmt.Errorf("reading CPU list: %w", err)
-	}
-	s, err := cpuset.Parse(strings.TrimSpace(string(b)))
-	if err != nil {
-		return cpuset.New(), fmt.Errorf("parsing CPU list %s: %w", path, err)
-	}
-	return s, nil
-}
-
-func readInt(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading topology: %w", err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("parsing %s: %w", path, err)
-	}
-	return n, nil
 }

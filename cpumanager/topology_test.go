@@ -1,6 +1,8 @@
 package cpumanager
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,10 +61,29 @@ func TestDiscoverTopology(t *testing.T) {
 
 func TestDiscoverTopologyErrors(t *testing.T) {
 	if _, err := DiscoverTopology(t.TempDir()); err == nil {
-		t.Error("an empty root must fail: no online list")
+		t.Error("an empty root must fail: no CPUs")
 	}
-	root := writeSysfs(t, "0-2", map[int]fixtureCPU{0: {0, 0, 0}}, true)
+	root := writeSysfs(t, "0", map[int]fixtureCPU{0: {0, 0, 0}}, true)
+	if err := os.WriteFile(filepath.Join(root, "sys/devices/system/cpu/cpu0/topology/core_id"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := DiscoverTopology(root); err == nil {
-		t.Error("an online CPU without topology files must fail")
+		t.Error("an unparsable core_id must fail")
+	}
+}
+
+// A CPU directory without topology files is left out, as cadvisor (and so
+// upstream's kubelet) leaves it out, rather than failing the CPU manager.
+func TestDiscoverTopologySkipsCPUWithoutTopology(t *testing.T) {
+	root := writeSysfs(t, "0-1", map[int]fixtureCPU{0: {0, 0, 0}}, true)
+	if err := os.MkdirAll(filepath.Join(root, "sys/devices/system/cpu/cpu1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../cpu/cpu1", filepath.Join(root, "sys/devices/system/node/node0/cpu1")); err != nil {
+		t.Fatal(err)
+	}
+	got := mustTopology(t, root)
+	if got.NumCPUs != 1 || got.CPUs().String() != "0" {
+		t.Errorf("topology = %+v, want cpu0 only", got)
 	}
 }

@@ -1,5 +1,6 @@
 // Package memorymanager is the kubelet's memory manager: per NUMA node
-// memory and huge pages from sysfs, the None and Static policies
+// memory and huge pages from cadvisor's machine-info
+// code (internal/machineinfo), the None and Static policies
 // (reservedMemory per node, NUMA hints for the topology manager, memory
 // blocks per container of Guaranteed pods), the memory_manager_state
 // checkpoint, and a thin Manager whose assignments become the containers'

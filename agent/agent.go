@@ -39,6 +39,7 @@ import (
 	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/devicemanager"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
@@ -471,14 +472,21 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	}
 	// Exclusive CPUs (cpuManagerPolicy static) are decided at admission and
 	// given at container creation; a checkpoint of another policy stops the start.
-	cpus, err := newCPUManager(kc, opts.RootDir, rt, queries.activePods, clk)
+	// The topology, CPU and memory managers' kubelet_* families, registered
+	// whatever the policies, as upstream.
+	resourceMetrics, err := resourcemetrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	topologyCfg.Metrics = resourceMetrics
+	cpus, err := newCPUManager(kc, opts.RootDir, rt, queries.activePods, clk, resourceMetrics)
 	if err != nil {
 		return nil, err
 	}
 	// NUMA memory (memoryManagerPolicy Static) is decided at admission and
 	// given at container creation as cpuset.mems; reservedMemory must add up to
 	// the node allocatable reservation.
-	memory, err := memorymanager.NewFromConfig(kc, nodeCtl.Reservation(), opts.RootDir, "/", clk)
+	memory, err := memorymanager.NewFromConfig(kc, nodeCtl.Reservation(), opts.RootDir, "/", clk, resourceMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the memory manager (memoryManagerPolicy %q): %w", kc.MemoryManagerPolicy, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 )
 
 // cpuManagerStartWait bounds how long the CPU manager's reconcile waits for
@@ -28,8 +29,8 @@ type cpuRuntime interface {
 
 // newCPUManager builds the CPU manager from cpuManagerPolicy and its
 // options, on the host's topology ("/").
-func newCPUManager(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string, rt cpuRuntime, active func() []*v1.Pod, clk clock.WithTicker) (*cpumanager.Manager, error) {
-	m, err := cpumanager.NewFromConfig(kc, rootDir, "/", rt, cpumanager.RunningFromCRI(rt, cri.LabelPodUID, cri.LabelContainerName), active, clk)
+func newCPUManager(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string, rt cpuRuntime, active func() []*v1.Pod, clk clock.WithTicker, metrics *resourcemetrics.Metrics) (*cpumanager.Manager, error) {
+	m, err := cpumanager.NewFromConfig(kc, rootDir, "/", rt, cpumanager.RunningFromCRI(rt, cri.LabelPodUID, cri.LabelContainerName), active, clk, metrics)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the CPU manager (cpuManagerPolicy %q): %w", kc.CPUManagerPolicy, err)
 	}

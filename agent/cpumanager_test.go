@@ -78,7 +78,7 @@ func TestCPUManagerFromConfig(t *testing.T) {
 	root := t.TempDir()
 	kc := &kubeletconfigv1beta1.KubeletConfiguration{CPUManagerPolicy: "static", ReservedSystemCPUs: "0"}
 	config.SetDefaults(kc)
-	m, err := newCPUManager(kc, root, noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{})
+	m, err := newCPUManager(kc, root, noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestCPUManagerFromConfig(t *testing.T) {
 	}
 
 	kc.CPUManagerPolicy = "none"
-	if _, err := newCPUManager(kc, root, noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{}); err == nil ||
+	if _, err := newCPUManager(kc, root, noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{}, nil); err == nil ||
 		!strings.Contains(err.Error(), `configured policy "none" differs from state checkpoint policy "static"`) {
 		t.Errorf("policy switch: got %v", err)
 	}

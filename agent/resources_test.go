@@ -93,7 +93,7 @@ func TestTopologyManagerFromConfig(t *testing.T) {
 	}
 	cpuKC := &kubeletconfigv1beta1.KubeletConfiguration{CPUManagerPolicy: "static", ReservedSystemCPUs: "0"}
 	config.SetDefaults(cpuKC)
-	m, err := newCPUManager(cpuKC, t.TempDir(), noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{})
+	m, err := newCPUManager(cpuKC, t.TempDir(), noCPURuntime{}, func() []*v1.Pod { return nil }, clock.RealClock{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

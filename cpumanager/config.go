@@ -8,14 +8,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 )
 
 // NewFromConfig builds the Manager the kubelet configuration asks for:
 // cpuManagerPolicy, cpuManagerPolicyOptions, cpuManagerReconcilePeriod and,
 // for the static policy, the reservation (reservedSystemCPUs, else
-// kubeReserved+systemReserved cpu). sysRoot is "/" (a fixture in tests).
+// kubeReserved+systemReserved cpu). sysRoot is "/" (a fixture in tests);
+// metrics may be nil.
 func NewFromConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir, sysRoot string, rt Runtime,
-	running func(ctx context.Context) ([]RunningContainer, error), active func() []*v1.Pod, clk clock.WithTicker) (*Manager, error) {
+	running func(ctx context.Context) ([]RunningContainer, error), active func() []*v1.Pod, clk clock.WithTicker, metrics *resourcemetrics.Metrics) (*Manager, error) {
 	policy := kc.CPUManagerPolicy
 	if policy == "" {
 		policy = PolicyNone
@@ -24,7 +27,7 @@ func NewFromConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir, sysRo
 	if err != nil {
 		return nil, fmt.Errorf("setting up the CPU manager: cpuManagerPolicyOptions: %w", err)
 	}
-	cfg := Config{Policy: policy, RootDir: rootDir, ReconcilePeriod: kc.CPUManagerReconcilePeriod.Duration}
+	cfg := Config{Policy: policy, RootDir: rootDir, ReconcilePeriod: kc.CPUManagerReconcilePeriod.Duration, Metrics: metrics}
 	if policy == PolicyStatic {
 		topo, err := DiscoverTopology(sysRoot)
 		if err != nil {

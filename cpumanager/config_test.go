@@ -69,7 +69,7 @@ func TestNewFromConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewFromConfig(&tc.kc, t.TempDir(), tc.root(t), &fakeRuntime{},
 				func(context.Context) ([]RunningContainer, error) { return nil, nil }, func() []*v1.Pod { return nil },
-				testclock.NewFakeClock(time.Now()))
+				testclock.NewFakeClock(time.Now()), nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/internal/periodic"
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	"github.com/nodelet/nodelet/internal/resourcestate"
 	"github.com/nodelet/nodelet/topologymanager"
 )
@@ -35,6 +36,8 @@ type Config struct {
 	RootDir string
 	// ReconcilePeriod is cpuManagerReconcilePeriod; 0 never reconciles.
 	ReconcilePeriod time.Duration
+	// Metrics records pinning and the pools (nil: not recorded).
+	Metrics *resourcemetrics.Metrics
 }
 
 // Manager holds the CPU assignments, checkpoints them and applies them.
@@ -82,6 +85,13 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 	if err := writeCheckpoint(path, cfg.Policy, s); err != nil {
 		return nil, fmt.Errorf("creating the CPU manager: %w", err)
 	}
+	if cfg.Static != nil {
+		// The series upstream's static policy makes exist at start; nodelet
+		// refuses prefer-align-cpus-by-uncorecache, so uncore_cache stays 0.
+		cfg.Metrics.InitAlignment(resourcemetrics.ScopeContainer, resourcemetrics.BoundaryPhysicalCPU, true)
+		cfg.Metrics.InitAlignment(resourcemetrics.ScopeContainer, resourcemetrics.BoundaryUncoreCache, false)
+		m.recordPool()
+	}
 	klog.InfoS("CPU manager started", "policy", cfg.Policy, "defaultCPUSet", s.DefaultCPUSet.String(), "restored", ok)
 	return m, nil
 }
@@ -122,6 +132,16 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 	defer m.mu.Unlock()
 	_, had := m.state.Lookup(string(pod.UID), c.Name)
 	next, set, err := m.cfg.Static.Allocate(m.state, pod, c, affinity.Affinity)
+	if GuaranteedCPUs(pod, c) > 0 {
+		m.cfg.Metrics.CPUPinning(err != nil)
+		if m.cfg.Static.Options.FullPCPUsOnly {
+			if err != nil {
+				m.cfg.Metrics.AlignFailed(resourcemetrics.ScopeContainer, resourcemetrics.BoundaryPhysicalCPU)
+			} else {
+				m.cfg.Metrics.Aligned(resourcemetrics.ScopeContainer, resourcemetrics.BoundaryPhysicalCPU)
+			}
+		}
+	}
 	if err != nil {
 		err = fmt.Errorf("allocating CPUs for container %s: %w", c.Name, err)
 		klog.InfoS("CPU manager refused a pod", "pod", klog.KObj(pod), "err", err)
@@ -169,7 +189,17 @@ func (m *Manager) commit(s State) error {
 		return fmt.Errorf("saving CPU assignments: %w", err)
 	}
 	m.state = s
+	m.recordPool()
 	return nil
+}
+
+// recordPool sets the pool gauges from the state. Callers hold mu (or own m).
+func (m *Manager) recordPool() {
+	if m.cfg.Metrics == nil || m.cfg.Static == nil {
+		return
+	}
+	shared, exclusive, perNUMA := m.cfg.Static.PoolSizes(m.state)
+	m.cfg.Metrics.CPUPool(shared, exclusive, perNUMA)
 }
 
 // CPUSetFor is the cpuset a new container is created with: its exclusive

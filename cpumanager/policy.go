@@ -226,6 +226,18 @@ func (p *StaticPolicy) Available(s State) cpuset.CPUSet {
 	return s.DefaultCPUSet.Difference(p.Reserved)
 }
 
+// PoolSizes are the shared pool's CPUs (what exclusive allocations may
+// still take, as upstream's gauge counts it), the exclusively assigned CPUs
+// and those per NUMA node of the machine (0 for a node with none).
+func (p *StaticPolicy) PoolSizes(s State) (shared, exclusive int, perNUMA map[int]int) {
+	assigned := s.Assigned()
+	perNUMA = map[int]int{}
+	for _, node := range p.Topology.ids(p.Topology.CPUs(), numaOf) {
+		perNUMA[node] = p.Topology.filter(assigned, func(i CPUInfo) bool { return i.NUMANodeID == node }).Size()
+	}
+	return p.Available(s).Size(), assigned.Size(), perNUMA
+}
+
 // GuaranteedCPUs is the number of exclusive CPUs a container gets: its CPU
 // request when the pod is Guaranteed and the request is whole CPUs, else 0.
 // A pod with pod-level resources stays on the shared pool, as upstream's

@@ -7,6 +7,8 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 )
 
 // NewFromConfig builds the Manager the kubelet configuration asks for:
@@ -14,12 +16,12 @@ import (
 // sysRoot ("/"; a fixture in tests) and reservedMemory, which must add up to
 // nodeAllocatableReservation (kubeReserved + systemReserved + the hard
 // eviction threshold), as upstream.
-func NewFromConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeAllocatableReservation v1.ResourceList, rootDir, sysRoot string, clk clock.Clock) (*Manager, error) {
+func NewFromConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeAllocatableReservation v1.ResourceList, rootDir, sysRoot string, clk clock.Clock, metrics *resourcemetrics.Metrics) (*Manager, error) {
 	policy := kc.MemoryManagerPolicy
 	if policy == "" {
 		policy = PolicyNone
 	}
-	cfg := Config{Policy: policy, RootDir: rootDir}
+	cfg := Config{Policy: policy, RootDir: rootDir, Metrics: metrics}
 	switch {
 	case policy == PolicyStatic:
 		machine, err := DiscoverMachine(sysRoot)

@@ -42,7 +42,7 @@ func TestNewFromConfig(t *testing.T) {
 		{NumaNode: 1, Limits: v1.ResourceList{v1.ResourceMemory: q("100Mi")}},
 	}}
 	root := t.TempDir()
-	m, err := NewFromConfig(kc, reservation, root, sysRoot(t), clk)
+	m, err := NewFromConfig(kc, reservation, root, sysRoot(t), clk, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,17 +58,17 @@ func TestNewFromConfig(t *testing.T) {
 	} {
 		bad := kc.DeepCopy()
 		bad.ReservedMemory = reservations
-		if _, err := NewFromConfig(bad, reservation, t.TempDir(), sysRoot(t), clk); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := NewFromConfig(bad, reservation, t.TempDir(), sysRoot(t), clk, nil); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("got %v, want %q", err, name)
 		}
 	}
 	none := kc.DeepCopy()
 	none.ReservedMemory = nil
-	if _, err := NewFromConfig(none, v1.ResourceList{}, t.TempDir(), sysRoot(t), clk); err == nil || !strings.Contains(err.Error(), "you should specify the system reserved memory") {
+	if _, err := NewFromConfig(none, v1.ResourceList{}, t.TempDir(), sysRoot(t), clk, nil); err == nil || !strings.Contains(err.Error(), "you should specify the system reserved memory") {
 		t.Errorf("no reservation: got %v", err)
 	}
 	// Policy None: nothing placed, no cpuset.mems.
-	m, err = NewFromConfig(&kubeletconfigv1beta1.KubeletConfiguration{MemoryManagerPolicy: "None"}, reservation, t.TempDir(), sysRoot(t), clk)
+	m, err = NewFromConfig(&kubeletconfigv1beta1.KubeletConfiguration{MemoryManagerPolicy: "None"}, reservation, t.TempDir(), sysRoot(t), clk, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestNewFromConfig(t *testing.T) {
 		t.Errorf("policy None gave hints %v", hints)
 	}
 	// And a Static checkpoint stops a start under None.
-	if _, err := NewFromConfig(&kubeletconfigv1beta1.KubeletConfiguration{MemoryManagerPolicy: "None"}, reservation, root, sysRoot(t), clk); err == nil {
+	if _, err := NewFromConfig(&kubeletconfigv1beta1.KubeletConfiguration{MemoryManagerPolicy: "None"}, reservation, root, sysRoot(t), clk, nil); err == nil {
 		t.Error("a Static checkpoint was accepted under policy None")
 	}
 }

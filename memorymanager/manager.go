@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	"github.com/nodelet/nodelet/internal/resourcestate"
 	"github.com/nodelet/nodelet/topologymanager"
 )
@@ -26,6 +27,8 @@ type Config struct {
 	Static *StaticPolicy
 	// RootDir is the kubelet root dir, home of the checkpoint.
 	RootDir string
+	// Metrics records pinning (nil: not recorded).
+	Metrics *resourcemetrics.Metrics
 }
 
 // Manager holds the memory blocks, checkpoints them and answers the
@@ -116,6 +119,9 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 	defer m.mu.Unlock()
 	_, had := m.state.Assignments[string(pod.UID)][c.Name]
 	next, err := m.cfg.Static.Allocate(m.state, pod, c, affinity)
+	if Requests(pod, c) != nil {
+		m.cfg.Metrics.MemoryPinning(err != nil)
+	}
 	if err != nil {
 		err = fmt.Errorf("allocating memory for container %s: %w", c.Name, err)
 		klog.InfoS("Memory manager refused a pod", "pod", klog.KObj(pod), "err", err)

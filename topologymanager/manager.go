@@ -3,10 +3,13 @@ package topologymanager
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/resourcemetrics"
 )
 
 // HintProvider is a resource manager that places resources on NUMA nodes:
@@ -44,6 +47,8 @@ type Config struct {
 	Scope   string
 	Options Options
 	NUMA    NUMAInfo
+	// Metrics records admissions (nil: not recorded).
+	Metrics *resourcemetrics.Metrics
 }
 
 // Manager admits pods through its hint providers.
@@ -65,6 +70,12 @@ func New(cfg Config, providers ...HintProvider) (*Manager, error) {
 	if cfg.Policy != PolicyNone && len(cfg.NUMA.Nodes) > cfg.Options.MaxAllowableNUMANodes {
 		return nil, fmt.Errorf("creating the topology manager: unsupported on machines with more than %v NUMA Nodes", cfg.Options.MaxAllowableNUMANodes)
 	}
+	if cfg.Policy != PolicyNone {
+		// The alignment series exist from the start, as upstream's.
+		for _, scope := range []string{resourcemetrics.ScopeContainer, resourcemetrics.ScopePod} {
+			cfg.Metrics.InitAlignment(scope, resourcemetrics.BoundaryNUMANode, true)
+		}
+	}
 	klog.InfoS("Topology manager created", "policy", cfg.Policy, "scope", cfg.Scope, "options", cfg.Options, "numaNodes", cfg.NUMA.Nodes)
 	return &Manager{cfg: cfg, providers: providers}, nil
 }
@@ -76,8 +87,11 @@ func New(cfg Config, providers ...HintProvider) (*Manager, error) {
 // every container gets that affinity. A refusal is an AffinityError; a
 // provider's allocation error is returned as it is (it names its own
 // rejection reason or is unexpected). On a failure the Releasers give back
-// what this admission gave.
+// what this admission gave. Every admission is counted and timed
+// (kubelet_topology_manager_admission_*), as upstream.
 func (m *Manager) Admit(ctx context.Context, pod *v1.Pod) error {
+	start := time.Now()
+	defer func() { m.cfg.Metrics.Admission(time.Since(start)) }()
 	held := make([]map[string]bool, len(m.providers))
 	for i, p := range m.providers {
 		if r, ok := p.(Releaser); ok {
@@ -125,6 +139,7 @@ func (m *Manager) admit(ctx context.Context, pod *v1.Pod) error {
 		best, ok := Merge(m.cfg.Policy, m.cfg.Options, m.cfg.NUMA, hints)
 		klog.InfoS("Topology manager merged the pod's hints", "pod", klog.KObj(pod), "affinity", best.Affinity.String(), "preferred", best.Preferred, "admit", ok)
 		if !ok {
+			m.refused(resourcemetrics.ScopePod)
 			return AffinityError{}
 		}
 		podHint = best
@@ -139,15 +154,37 @@ func (m *Manager) admit(ctx context.Context, pod *v1.Pod) error {
 			best, ok := Merge(m.cfg.Policy, m.cfg.Options, m.cfg.NUMA, hints)
 			klog.InfoS("Topology manager merged a container's hints", "pod", klog.KObj(pod), "container", c.Name, "affinity", best.Affinity.String(), "preferred", best.Preferred, "admit", ok)
 			if !ok {
+				m.refused(resourcemetrics.ScopeContainer)
 				return AffinityError{}
 			}
 			hint = best
 		}
 		for _, p := range m.providers {
 			if err := p.Allocate(ctx, pod, c, hint); err != nil {
+				if m.cfg.Policy != PolicyNone {
+					m.cfg.Metrics.AdmissionError()
+				}
 				return err
 			}
 		}
+		if m.alignmentGuaranteed() && m.cfg.Scope == ScopeContainer {
+			m.cfg.Metrics.Aligned(resourcemetrics.ScopeContainer, resourcemetrics.BoundaryNUMANode)
+		}
+	}
+	if m.alignmentGuaranteed() && m.cfg.Scope == ScopePod {
+		m.cfg.Metrics.Aligned(resourcemetrics.ScopePod, resourcemetrics.BoundaryNUMANode)
 	}
 	return nil
+}
+
+// alignmentGuaranteed: only single-numa-node promises NUMA alignment, so
+// only its admissions count as aligned (or failed to align), as upstream.
+func (m *Manager) alignmentGuaranteed() bool { return m.cfg.Policy == PolicySingleNUMANode }
+
+// refused counts a merge that found no admissible placement.
+func (m *Manager) refused(scope string) {
+	if m.alignmentGuaranteed() {
+		m.cfg.Metrics.AlignFailed(scope, resourcemetrics.BoundaryNUMANode)
+	}
+	m.cfg.Metrics.AdmissionError()
 }

@@ -702,7 +702,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	})
 	// Exclusive CPUs from the CPU manager, devices (with their NUMA nodes)
 	// from the device manager.
-	podResources := podresources.NewServer(loop, devices, podResourcesCPUs{cpus})
+	podResources := podresources.NewServer(loop, devices, podResourcesCPUs{cpus}, podResourcesMemory{memory})
 	add(&rest, "pod resources API", func(ctx context.Context) {
 		if err := podresources.Serve(ctx, filepath.Join(opts.RootDir, podresources.DirName), podResources); err != nil {
 			logger.Error(err, "Pod resources API stopped")

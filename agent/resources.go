@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/devicemanager"
@@ -45,4 +47,29 @@ func (r resourceAllocator) Allocate(ctx context.Context, pod *v1.Pod, active []*
 		r.devices.FreeInactive(pod.UID, active)
 	}
 	return r.topology.Admit(ctx, pod)
+}
+
+// podResourcesMemory is the memory manager as the pod resources API asks it.
+type podResourcesMemory struct{ m *memorymanager.Manager }
+
+func (p podResourcesMemory) ContainerMemory(uid types.UID, container string) []*podresourcesapi.ContainerMemory {
+	return containerMemory(p.m.ContainerBlocks(uid, container))
+}
+
+func (p podResourcesMemory) AllocatableMemory() []*podresourcesapi.ContainerMemory {
+	return containerMemory(p.m.AllocatableBlocks())
+}
+
+// containerMemory is memory blocks as the pod resources API has them: the
+// resource name as memory type, the size in bytes, the NUMA nodes as topology.
+func containerMemory(blocks []memorymanager.Block) []*podresourcesapi.ContainerMemory {
+	var out []*podresourcesapi.ContainerMemory
+	for _, b := range blocks {
+		topo := &podresourcesapi.TopologyInfo{Nodes: make([]*podresourcesapi.NUMANode, 0, len(b.NUMAAffinity))}
+		for _, n := range b.NUMAAffinity {
+			topo.Nodes = append(topo.Nodes, &podresourcesapi.NUMANode{ID: int64(n)})
+		}
+		out = append(out, &podresourcesapi.ContainerMemory{MemoryType: string(b.Type), Size: b.Size, Topology: topo})
+	}
+	return out
 }

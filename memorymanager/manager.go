@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,4 +203,42 @@ func (m *Manager) MemsFor(podUID types.UID, container string) string {
 		parts = append(parts, strconv.Itoa(n))
 	}
 	return strings.Join(parts, ",")
+}
+
+// ContainerBlocks are a container's memory blocks (none without), for the
+// pod resources API.
+func (m *Manager) ContainerBlocks(podUID types.UID, container string) []Block {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Block
+	for _, b := range m.state.Assignments[string(podUID)][container] {
+		out = append(out, Block{NUMAAffinity: slices.Clone(b.NUMAAffinity), Type: b.Type, Size: b.Size})
+	}
+	return out
+}
+
+// AllocatableBlocks are what the Static policy can give: one block per NUMA
+// node and resource with its allocatable size (total less reserved), nodes
+// ascending then resources by name; none under policy None, as upstream's
+// GetAllocatableMemory.
+func (m *Manager) AllocatableBlocks() []Block {
+	if m.cfg.Static == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return allocatableBlocks(m.state.Machine)
+}
+
+func allocatableBlocks(machine NodeMap) []Block {
+	var out []Block
+	for _, id := range machine.Nodes() {
+		node := machine[id]
+		for _, name := range slices.Sorted(maps.Keys(node.MemoryMap)) {
+			if t := node.MemoryMap[name]; t.Allocatable > 0 {
+				out = append(out, Block{NUMAAffinity: []int{id}, Type: name, Size: t.Allocatable})
+			}
+		}
+	}
+	return out
 }

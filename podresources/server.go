@@ -49,23 +49,34 @@ type CPUs interface {
 	AllocatableCPUs() []int64
 }
 
+// Memory is a memory manager's NUMA memory (the Static policy's blocks);
+// under policy None containers have none and nothing is allocatable.
+type Memory interface {
+	ContainerMemory(uid types.UID, container string) []*api.ContainerMemory
+	AllocatableMemory() []*api.ContainerMemory
+}
+
 // Server implements the PodResourcesLister service.
 type Server struct {
 	api.UnimplementedPodResourcesListerServer
 	pods    Pods
 	devices Devices
 	cpus    CPUs
+	memory  Memory
 }
 
-// NewServer serves pods' resources; devices and cpus may be nil.
-func NewServer(pods Pods, devices Devices, cpus CPUs) *Server {
+// NewServer serves pods' resources; devices, cpus and memory may be nil.
+func NewServer(pods Pods, devices Devices, cpus CPUs, memory Memory) *Server {
 	if devices == nil {
 		devices = noDevices{}
 	}
 	if cpus == nil {
 		cpus = noCPUs{}
 	}
-	return &Server{pods: pods, devices: devices, cpus: cpus}
+	if memory == nil {
+		memory = noMemory{}
+	}
+	return &Server{pods: pods, devices: devices, cpus: cpus, memory: memory}
 }
 
 type noDevices struct{}
@@ -77,6 +88,11 @@ type noCPUs struct{}
 
 func (noCPUs) ExclusiveCPUs(types.UID, string) []int64 { return nil }
 func (noCPUs) AllocatableCPUs() []int64                { return nil }
+
+type noMemory struct{}
+
+func (noMemory) ContainerMemory(types.UID, string) []*api.ContainerMemory { return nil }
+func (noMemory) AllocatableMemory() []*api.ContainerMemory                { return nil }
 
 // List lists the node's active pods with their containers' resources.
 func (s *Server) List(_ context.Context, _ *api.ListPodResourcesRequest) (*api.ListPodResourcesResponse, error) {
@@ -99,9 +115,14 @@ func (s *Server) Get(_ context.Context, req *api.GetPodResourcesRequest) (*api.G
 }
 
 // GetAllocatableResources is what the node can give: healthy devices and,
-// with a CPU manager, the CPUs it can hand out.
+// with the static CPU manager and the Static memory manager, the CPUs and
+// the NUMA memory they can hand out.
 func (s *Server) GetAllocatableResources(_ context.Context, _ *api.AllocatableResourcesRequest) (*api.AllocatableResourcesResponse, error) {
-	return &api.AllocatableResourcesResponse{Devices: s.devices.AllocatableDevices(), CpuIds: s.cpus.AllocatableCPUs()}, nil
+	return &api.AllocatableResourcesResponse{
+		Devices: s.devices.AllocatableDevices(),
+		CpuIds:  s.cpus.AllocatableCPUs(),
+		Memory:  s.memory.AllocatableMemory(),
+	}, nil
 }
 
 // podResources lists the app containers and, as upstream with sidecars,
@@ -113,6 +134,7 @@ func (s *Server) podResources(p *v1.Pod) *api.PodResources {
 			Name:    c.Name,
 			Devices: s.devices.ContainerDevices(p.UID, c.Name),
 			CpuIds:  s.cpus.ExclusiveCPUs(p.UID, c.Name),
+			Memory:  s.memory.ContainerMemory(p.UID, c.Name),
 		})
 	}
 	for i := range p.Spec.InitContainers {

@@ -45,6 +45,35 @@ func (fakeCPUs) ExclusiveCPUs(uid types.UID, c string) []int64 {
 }
 func (fakeCPUs) AllocatableCPUs() []int64 { return []int64{1, 2, 3} }
 
+// fakeMemory: the app container holds 1Gi of memory on NUMA node 1 and
+// 2Mi huge pages across nodes 0 and 1; nodes 0 and 1 can give 3Gi each.
+type fakeMemory struct{}
+
+func numa(ids ...int64) *api.TopologyInfo {
+	t := &api.TopologyInfo{}
+	for _, id := range ids {
+		t.Nodes = append(t.Nodes, &api.NUMANode{ID: id})
+	}
+	return t
+}
+
+func (fakeMemory) ContainerMemory(uid types.UID, c string) []*api.ContainerMemory {
+	if uid != "u1" || c != "app" {
+		return nil
+	}
+	return []*api.ContainerMemory{
+		{MemoryType: "memory", Size: 1 << 30, Topology: numa(1)},
+		{MemoryType: "hugepages-2Mi", Size: 4 << 20, Topology: numa(0, 1)},
+	}
+}
+
+func (fakeMemory) AllocatableMemory() []*api.ContainerMemory {
+	return []*api.ContainerMemory{
+		{MemoryType: "memory", Size: 3 << 30, Topology: numa(0)},
+		{MemoryType: "memory", Size: 3 << 30, Topology: numa(1)},
+	}
+}
+
 func testPods() fakePods {
 	always := v1.ContainerRestartPolicyAlways
 	return fakePods{{
@@ -88,7 +117,7 @@ func serve(t *testing.T, s *Server) api.PodResourcesListerClient {
 
 func TestListGetAllocatable(t *testing.T) {
 	devs := fakeDevices{"u1/app": {{ResourceName: "example.com/gpu", DeviceIds: []string{"g1"}}}}
-	c := serve(t, NewServer(testPods(), devs, fakeCPUs{}))
+	c := serve(t, NewServer(testPods(), devs, fakeCPUs{}, fakeMemory{}))
 	ctx := context.Background()
 
 	list, err := c.List(ctx, &api.ListPodResourcesRequest{})
@@ -97,7 +126,8 @@ func TestListGetAllocatable(t *testing.T) {
 	}
 	gpu := &api.PodResources{Name: "gpu", Namespace: "ns", Containers: []*api.ContainerResources{
 		{Name: "sidecar"},
-		{Name: "app", Devices: []*api.ContainerDevices{{ResourceName: "example.com/gpu", DeviceIds: []string{"g1"}}}, CpuIds: []int64{1}},
+		{Name: "app", Devices: []*api.ContainerDevices{{ResourceName: "example.com/gpu", DeviceIds: []string{"g1"}}}, CpuIds: []int64{1},
+			Memory: fakeMemory{}.ContainerMemory("u1", "app")},
 	}}
 	want := &api.ListPodResourcesResponse{PodResources: []*api.PodResources{gpu,
 		{Name: "plain", Namespace: "ns", Containers: []*api.ContainerResources{{Name: "c"}}}}}
@@ -120,28 +150,30 @@ func TestListGetAllocatable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAlloc := &api.AllocatableResourcesResponse{Devices: fakeDevices{}.AllocatableDevices(), CpuIds: []int64{1, 2, 3}}
+	wantAlloc := &api.AllocatableResourcesResponse{Devices: fakeDevices{}.AllocatableDevices(), CpuIds: []int64{1, 2, 3},
+		Memory: fakeMemory{}.AllocatableMemory()}
 	if diff := cmp.Diff(wantAlloc, alloc, protocmp.Transform()); diff != "" {
 		t.Errorf("GetAllocatableResources (-want +got):\n%s", diff)
 	}
 }
 
-// Without a device or CPU manager, containers list with no devices and no CPUs.
+// Without a device, CPU or memory manager, containers list with no devices,
+// no CPUs and no memory.
 func TestNilProviders(t *testing.T) {
-	c := serve(t, NewServer(testPods(), nil, nil))
+	c := serve(t, NewServer(testPods(), nil, nil, nil))
 	list, err := c.List(context.Background(), &api.ListPodResourcesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range list.PodResources {
 		for _, ct := range p.Containers {
-			if len(ct.Devices) != 0 || len(ct.CpuIds) != 0 {
+			if len(ct.Devices) != 0 || len(ct.CpuIds) != 0 || len(ct.Memory) != 0 {
 				t.Errorf("%s/%s: %v", p.Name, ct.Name, ct)
 			}
 		}
 	}
 	alloc, err := c.GetAllocatableResources(context.Background(), &api.AllocatableResourcesRequest{})
-	if err != nil || len(alloc.Devices) != 0 || len(alloc.CpuIds) != 0 {
+	if err != nil || len(alloc.Devices) != 0 || len(alloc.CpuIds) != 0 || len(alloc.Memory) != 0 {
 		t.Errorf("allocatable %v, %v", alloc, err)
 	}
 }

@@ -7,13 +7,15 @@
 // cpuset each container gets) are pure functions over a Topology and a
 // State; the Manager only locks, checkpoints and calls the runtime.
 //
-// Topology (and the memory manager's memory per NUMA node) is read through
-// cadvisor's machine-info code (internal/machineinfo over
-// github.com/google/cadvisor/lib v0.61.0 utils/sysinfo), as upstream. Its
-// footprint, measured when it replaced nodelet's own sysfs reader: the
-// nodelet binary grew 36,631 bytes (102,561,933 -> 102,598,564), go mod
+// Topology (and the memory manager's memory and the topology manager's
+// NUMA nodes) is read through cadvisor's machine-info code
+// (internal/machineinfo over utils/sysinfo of github.com/google/cadvisor/lib
+// v0.61.0, the module the machine code moved to from github.com/google/cadvisor;
+// upstream v1.37.2 requires it too). Its footprint, measured when it
+// replaced nodelet's own sysfs reader: the binary grew 29,186 bytes
+// (102,561,933 -> 102,591,119; 36,631 with both readers linked), go mod
 // graph 940 -> 980 lines, go list -m all 162 -> 171 modules (only
-// filepath-securejoin moved, 0.4.1 -> 0.6.1, indirect); the linked cadvisor
-// packages are lib/model, lib/utils/sysfs and lib/utils/sysinfo: no manager,
-// container handlers or docker client.
+// filepath-securejoin moved, 0.4.1 -> 0.6.1, indirect); the cadvisor
+// packages linked are lib/model, lib/utils/sysfs and lib/utils/sysinfo: no
+// manager, container handlers or docker client.
 package cpumanager

@@ -147,9 +147,35 @@ func TestDiscoverNUMA(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("DiscoverNUMA = %+v, want %+v", got, want)
 	}
-	got, err = DiscoverNUMA(t.TempDir(), false)
+	if err := os.Remove(filepath.Join(root, "sys/devices/system/node/node1/distance")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DiscoverNUMA(root, true); err == nil {
+		t.Error("prefer-closest-numa-nodes accepted a node without distances")
+	}
+	if got, err := DiscoverNUMA(root, false); err != nil || !reflect.DeepEqual(got.Nodes, []int{0, 1}) {
+		t.Errorf("without distances asked for = %+v, %v; want nodes 0 and 1", got, err)
+	}
+	// Without node directories cadvisor reports the sockets' CPUs as node 0.
+	flat := t.TempDir()
+	for rel, content := range map[string]string{
+		"sys/devices/system/cpu/online":                            "0\n",
+		"sys/devices/system/cpu/cpu0/topology/core_id":             "0\n",
+		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "0\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(flat, rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(flat, rel), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = DiscoverNUMA(flat, false)
 	if err != nil || !reflect.DeepEqual(got.Nodes, []int{0}) {
 		t.Errorf("a machine without node dirs = %+v, %v; want node 0", got, err)
+	}
+	if _, err := DiscoverNUMA(t.TempDir(), false); err == nil {
+		t.Error("an empty root gave NUMA nodes")
 	}
 }
 

@@ -2,54 +2,49 @@ package topologymanager
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
+
+	info "github.com/google/cadvisor/lib/model"
+
+	"github.com/nodelet/nodelet/internal/machineinfo"
 )
 
 // DiscoverNUMA reads the machine's NUMA nodes under root ("/" on a host, a
-// fixture tree in tests) and, when distances is set
-// (prefer-closest-numa-nodes), each node's distance list. A machine without
-// /sys/devices/system/node is one node, 0, as the CPU manager reads it.
+// fixture tree in tests) through cadvisor's machine-info code, as upstream's
+// NewNUMAInfo, and, when distances is set (prefer-closest-numa-nodes), each
+// node's distance list. Without node directories cadvisor reports one node
+// per socket, as upstream sees it.
 func DiscoverNUMA(root string, distances bool) (NUMAInfo, error) {
-	dirs, err := filepath.Glob(filepath.Join(root, "sys/devices/system/node/node[0-9]*"))
+	nodes, err := machineinfo.Nodes(root)
 	if err != nil {
 		return NUMAInfo{}, fmt.Errorf("discovering NUMA nodes: %w", err)
 	}
-	info := NUMAInfo{}
-	for _, dir := range dirs {
-		id, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "node"))
-		if err != nil {
-			continue // not a node directory
-		}
-		if id >= 64 {
-			return NUMAInfo{}, fmt.Errorf("discovering NUMA nodes: node %d beyond the 64 the topology manager handles", id)
-		}
-		info.Nodes = append(info.Nodes, id)
+	return numaInfo(nodes, distances)
+}
+
+// numaInfo is cadvisor's nodes as the topology manager needs them. cadvisor
+// leaves out a distance file it cannot read; prefer-closest-numa-nodes
+// cannot work without, so that is refused.
+func numaInfo(nodes []info.Node, distances bool) (NUMAInfo, error) {
+	out := NUMAInfo{}
+	if distances {
+		out.Distances = map[int][]uint64{}
 	}
-	slices.Sort(info.Nodes)
-	if len(info.Nodes) == 0 {
-		info.Nodes = []int{0}
-	}
-	if !distances {
-		return info, nil
-	}
-	info.Distances = map[int][]uint64{}
-	for _, id := range info.Nodes {
-		path := filepath.Join(root, "sys/devices/system/node", "node"+strconv.Itoa(id), "distance")
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return NUMAInfo{}, fmt.Errorf("reading NUMA distances for prefer-closest-numa-nodes: %w", err)
+	for _, n := range nodes {
+		if n.Id >= 64 {
+			return NUMAInfo{}, fmt.Errorf("discovering NUMA nodes: node %d beyond the 64 the topology manager handles", n.Id)
 		}
-		for _, f := range strings.Fields(string(b)) {
-			d, err := strconv.ParseUint(f, 10, 64)
-			if err != nil {
-				return NUMAInfo{}, fmt.Errorf("parsing NUMA distances in %s: %w", path, err)
+		out.Nodes = append(out.Nodes, n.Id)
+		if distances {
+			if len(n.Distances) == 0 {
+				return NUMAInfo{}, fmt.Errorf("reading NUMA distances for prefer-closest-numa-nodes: node %d has none (node%d/distance)", n.Id, n.Id)
 			}
-			info.Distances[id] = append(info.Distances[id], d)
+			out.Distances[n.Id] = slices.Clone(n.Distances)
 		}
 	}
-	return info, nil
+	slices.Sort(out.Nodes)
+	if len(out.Nodes) == 0 {
+		return NUMAInfo{}, fmt.Errorf("discovering NUMA nodes: none found")
+	}
+	return out, nil
 }

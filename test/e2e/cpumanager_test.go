@@ -24,7 +24,8 @@ import (
 // runs on CPU 1 and a BestEffort pod on the shared pool, CPU 0; a second
 // Guaranteed pod finds no CPU and is refused with upstream's reason; once
 // the first is deleted the BestEffort pod gets both CPUs back, and the
-// checkpoint is upstream's cpu_manager_state.
+// checkpoint is upstream's cpu_manager_state; the kubelet_cpu_manager_*
+// metrics follow.
 func TestCPUManagerStaticPinsGuaranteedPods(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -82,7 +83,33 @@ func TestCPUManagerStaticPinsGuaranteedPods(t *testing.T) {
 		}
 	}
 
+	// The CPU manager's metrics say the same: two pinning requests, one
+	// refused, CPU 1 exclusive and nothing left in the shared pool but the
+	// reserved CPU 0 (which upstream's gauge does not count).
+	m := nodeMetrics(t, ctx, f)
+	for name, want := range map[string]float64{
+		"kubelet_cpu_manager_pinning_requests_total":             2,
+		"kubelet_cpu_manager_pinning_errors_total":               1,
+		"kubelet_cpu_manager_exclusive_cpu_allocation_count":     1,
+		"kubelet_cpu_manager_shared_pool_size_millicores":        0,
+		`kubelet_cpu_manager_allocation_per_numa{numa_node="0"}`: 1,
+	} {
+		if got := metricValue(m, name); got != want {
+			t.Errorf("%s = %v, want %v:\n%s", name, got, want, grepLines(m, "cpu_manager"))
+		}
+	}
+	if got := metricValue(m, "kubelet_topology_manager_admission_requests_total"); got < 3 {
+		t.Errorf("kubelet_topology_manager_admission_requests_total = %v, want at least the 3 pods", got)
+	}
+
 	f.DeletePod(ctx, ns, "guaranteed", ptr.To[int64](0))
 	f.WaitForPodGone(ctx, ns, "guaranteed", time.Minute)
 	cpusOf("besteffort", "0-1")
+	m = nodeMetrics(t, ctx, f)
+	if got := metricValue(m, "kubelet_cpu_manager_exclusive_cpu_allocation_count"); got != 0 {
+		t.Errorf("exclusive CPUs after the delete = %v, want 0", got)
+	}
+	if got := metricValue(m, "kubelet_cpu_manager_shared_pool_size_millicores"); got != 1000 {
+		t.Errorf("shared pool after the delete = %v millicores, want 1000 (CPU 1)", got)
+	}
 }

@@ -21,16 +21,18 @@ func cadvisorMachine(mi node.MachineInfo) *server.MachineInfo {
 }
 
 // newStatsProvider measures the node and its pods for eviction and /stats/summary.
-// Pod volumes are measured in the background by vols (volumeStatsAggPeriod).
-func newStatsProvider(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName, rootDir string, cg *podCgroupSetup, sys systemContainerCgroups,
+// Pod volumes are measured in the background by vols (volumeStatsAggPeriod); sandboxImage is
+// the pause image the runtime runs (the image label of the sandboxes' cAdvisor series).
+func newStatsProvider(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName, rootDir, sandboxImage string, cg *podCgroupSetup, sys systemContainerCgroups,
 	rt stats.Runtime, activePods func() []*v1.Pod, vols *stats.VolumeStatsCache, clk clock.PassiveClock) *stats.Provider {
 	cfg := stats.Config{
-		NodeName:    nodeName,
-		RootDir:     rootDir,
-		PodLogsDir:  kc.PodLogsDir,
-		CgroupRoot:  cgroupfsRoot,
-		Unified:     cg.resources.CgroupV2,
-		VolumeStats: vols,
+		NodeName:     nodeName,
+		RootDir:      rootDir,
+		PodLogsDir:   kc.PodLogsDir,
+		CgroupRoot:   cgroupfsRoot,
+		Unified:      cg.resources.CgroupV2,
+		VolumeStats:  vols,
+		SandboxImage: sandboxImage,
 	}
 	cfg.KubeletCgroup, cfg.RuntimeCgroup, cfg.MiscCgroup = sys.kubelet, sys.runtime, sys.misc
 	if cg.mgr != nil {

@@ -98,16 +98,25 @@ func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := range snap.Cgroups {
 		pc := &snap.Cgroups[i]
 		ns, pod := pc.Pod.Namespace, pc.Pod.Name
-		// The pod's cgroup: container, image and name empty; its network is
-		// the sandbox's namespace.
+		// The pod's cgroup: container, image and name empty.
 		labels := []string{"", pc.Cgroup.Path, "", "", ns, pod}
 		c.series(ch, snap.Time, pc.StartTime, &pc.Cgroup, labels)
+		// The pause container, as cAdvisor's containerd handler reports it:
+		// container empty (it has no container name label), its image, name
+		// its ID; only it has the network series (cAdvisor leaves them out of
+		// the containers sharing its namespace and the raw pod cgroup has
+		// none). Without its cgroup the network goes on the pod's series.
+		netLabels := labels
+		if sb := pc.Sandbox; sb != nil {
+			netLabels = []string{"", sb.Cgroup.Path, sb.Image, sb.ID, ns, pod}
+			c.series(ch, snap.Time, sb.StartTime, &sb.Cgroup, netLabels)
+		}
 		for _, ifc := range pc.Network {
 			if ifc.RxBytes != nil {
-				c.emit(ch, snap.Time, cadvisorNetRx, prometheus.CounterValue, float64(*ifc.RxBytes), labels, ifc.Name)
+				c.emit(ch, snap.Time, cadvisorNetRx, prometheus.CounterValue, float64(*ifc.RxBytes), netLabels, ifc.Name)
 			}
 			if ifc.TxBytes != nil {
-				c.emit(ch, snap.Time, cadvisorNetTx, prometheus.CounterValue, float64(*ifc.TxBytes), labels, ifc.Name)
+				c.emit(ch, snap.Time, cadvisorNetTx, prometheus.CounterValue, float64(*ifc.TxBytes), netLabels, ifc.Name)
 			}
 		}
 		for j := range pc.Containers {

@@ -43,7 +43,7 @@ func cadvisorNode(tb testing.TB, n int) (*Server, *statstest.Node, *stats.Cache)
 		tb.Fatal(err)
 	}
 	cfg := stats.Config{RootDir: root, PodLogsDir: filepath.Join(dir, "logs"), ProcRoot: nd.ProcRoot, SysRoot: nd.SysRoot,
-		CgroupRoot: nd.CgroupRoot, Unified: true, PodsCgroup: "/kubepods.slice", PodCgroup: statstest.PodCgroupPath}
+		CgroupRoot: nd.CgroupRoot, Unified: true, PodsCgroup: "/kubepods.slice", PodCgroup: statstest.PodCgroupPath, SandboxImage: statstest.PauseImage}
 	pods := nd.Pods
 	clk := clocktesting.NewFakeClock(cadvisorMeasuredAt)
 	cache := stats.NewCache(stats.New(cfg, nd.Runtime, func() []*v1.Pod { return pods }, clk), time.Minute, clk)
@@ -186,6 +186,10 @@ func TestCadvisorMetricsValues(t *testing.T) {
 	ctr := map[string]string{"container": "app", "id": podID + "/cri-containerd-" + ctrID + ".scope", "image": "registry.example/app:1",
 		"name": ctrID, "namespace": "ns", "pod": "pod-0"}
 	pod := map[string]string{"container": "", "id": podID, "image": "", "name": "", "namespace": "ns", "pod": "pod-0"}
+	// The pause container: no container name, the pause image, its ID; the pod's network.
+	sbID := statstest.SandboxID(0)
+	sandbox := map[string]string{"container": "", "id": podID + "/cri-containerd-" + sbID + ".scope", "image": statstest.PauseImage,
+		"name": sbID, "namespace": "ns", "pod": "pod-0"}
 	with := func(base map[string]string, k, v string) map[string]string {
 		out := map[string]string{k: v}
 		for a, b := range base {
@@ -218,14 +222,26 @@ func TestCadvisorMetricsValues(t *testing.T) {
 		{"container_fs_writes_bytes_total", with(pod, "device", "/dev/sda"), 16384, measured},
 		{"container_processes", ctr, 2, measured},
 		{"container_processes", pod, 3, measured},
-		{"container_network_receive_bytes_total", with(pod, "interface", "eth0"), 1000, measured},
-		{"container_network_transmit_bytes_total", with(pod, "interface", "eth0"), 2000, measured},
+		{"container_network_receive_bytes_total", with(sandbox, "interface", "eth0"), 1000, measured},
+		{"container_network_transmit_bytes_total", with(sandbox, "interface", "eth0"), 2000, measured},
+		{"container_memory_working_set_bytes", sandbox, 4096, measured},
+		{"container_processes", sandbox, 1, measured},
+		{"container_start_time_seconds", sandbox, 1700000000, 0},
 		{"container_last_seen", ctr, float64(cadvisorScrapedAt.Unix()), scraped},
 		{"container_start_time_seconds", ctr, 1700000001, 0},
 		{"container_start_time_seconds", pod, 1700000000, 0},
 		{"machine_cpu_cores", map[string]string{"boot_id": "b-1", "machine_id": "m-1", "system_uuid": "u-1"}, 4, scraped},
 		{"machine_memory_bytes", map[string]string{"boot_id": "b-1", "machine_id": "m-1", "system_uuid": "u-1"}, 8 << 30, scraped},
 		{"container_scrape_error", map[string]string{}, 0, 0},
+	}
+	// Only the pause container has network series (cAdvisor's raw pod cgroup and the
+	// containers sharing its namespace have none).
+	for _, fam := range []string{"container_network_receive_bytes_total", "container_network_transmit_bytes_total"} {
+		for _, m := range mfs[fam].GetMetric() {
+			if l := labelsOf(m); l["name"] != sbID {
+				t.Errorf("%s%v: network series on other than the pause container", fam, l)
+			}
+		}
 	}
 	for _, tc := range tests {
 		var found *dto.Metric

@@ -17,18 +17,19 @@ import (
 	"github.com/nodelet/nodelet/cgroups"
 )
 
-// CgroupStats is one cgroup v2 reading in the units cAdvisor reports (bytes,
-// nanoseconds), for /metrics/cadvisor. A nil field was not readable.
+// CgroupStats is one cgroup reading (v2, or v1's controllers) in the units cAdvisor
+// reports (bytes, nanoseconds), for /metrics/cadvisor. A nil field was not readable.
 type CgroupStats struct {
 	// Path is the cgroup's path in the cgroup filesystem (cAdvisor's id label).
 	Path string
-	// CPUUsageNanos is cpu.stat usage_usec in nanoseconds.
+	// CPUUsageNanos is cpu.stat usage_usec in nanoseconds (v1: cpuacct.usage).
 	CPUUsageNanos *uint64
-	// CFS is set only when cpu.max has a quota: cAdvisor reports throttling
-	// only for containers with a CPU limit.
+	// CFS is set only when cpu.max (v1: cpu.cfs_quota_us) has a quota: cAdvisor
+	// reports throttling only for containers with a CPU limit.
 	CFS    *CFSStats
 	Memory *CgroupMemoryStats
-	// OOMKills is memory.events oom_kill (the cgroup and its descendants).
+	// OOMKills is memory.events oom_kill (the cgroup and its descendants; v1:
+	// memory.oom_control oom_kill).
 	OOMKills *uint64
 	IO       []DeviceIO
 	// Processes counts the pids in cgroup.procs (of the cgroup and, for a pod,
@@ -43,10 +44,13 @@ type CFSStats struct {
 
 // CgroupMemoryStats is memory.current and memory.stat as cAdvisor maps them on
 // cgroup v2: RSS is anon, cache is file, the working set is usage minus
-// inactive_file.
+// inactive_file. On v1: memory.usage_in_bytes, RSS total_rss and cache
+// total_cache (rss and cache without memory.use_hierarchy), the working set
+// usage minus total_inactive_file.
 type CgroupMemoryStats struct {
 	Usage, WorkingSet, RSS, Cache uint64
-	// Swap is memory.swap.current; nil without swap accounting.
+	// Swap is memory.swap.current (v1: memory.stat total_swap); nil without
+	// swap accounting.
 	Swap *uint64
 }
 
@@ -65,7 +69,11 @@ type PodCgroups struct {
 	Cgroup    CgroupStats
 	// Network is the sandbox's network namespace (from the runtime, else
 	// /proc/<pid>/net/dev of a process in the pod); nil with host networking.
-	Network    []statsapi.InterfaceStats
+	Network []statsapi.InterfaceStats
+	// Sandbox is the pause container's cgroup (the child named for the
+	// sandbox's ID), nil when the pod cgroup has none: cAdvisor reports it as
+	// a container of its own, with the pod's network.
+	Sandbox    *ContainerCgroup
 	Containers []ContainerCgroup
 }
 
@@ -79,27 +87,113 @@ type ContainerCgroup struct {
 	RootfsDevice string
 }
 
-// cgroupReader reads cgroup v2 files below the cgroup filesystem's root. Every
-// path is resolved one component at a time from the root's descriptor with
-// O_NOFOLLOW (dirFD), as cgroup directory names come from the runtime's
-// container IDs: nothing leads outside the root and no symlink is followed.
+// cgroupReader reads cgroup files below the cgroup filesystem's root (on v1,
+// below each controller's hierarchy). Every path is resolved one component at
+// a time from the root's descriptor with O_NOFOLLOW (dirFD), as cgroup
+// directory names come from the runtime's container IDs: nothing leads outside
+// the root and no symlink is followed.
 type cgroupReader struct {
-	root     dirFD
+	// root is the v2 filesystem; on v1 the hierarchy whose directories are
+	// listed for a pod's children and their cgroup.procs (memory's, else pids',
+	// else cpuacct's).
+	root dirFD
+	// v1 are the controllers' hierarchies on cgroup v1; nil on v2.
+	v1       *v1Hierarchies
 	procRoot string
 	sysRoot  string
 	// devNames memoizes device names by "major:minor" for one measurement.
 	devNames map[string]string
 }
 
-func newCgroupReader(cgroupRoot, procRoot, sysRoot string) (*cgroupReader, error) {
-	fd, err := unix.Open(cgroupRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening the cgroup filesystem %s: %w", cgroupRoot, err)
-	}
-	return &cgroupReader{root: dirFD(fd), procRoot: procRoot, sysRoot: sysRoot, devNames: map[string]string{}}, nil
+// v1Hierarchies are the roots of the cgroup v1 controllers cAdvisor reads, -1
+// when one is not mounted. cpu and cpuacct are usually one hierarchy
+// (cpu,cpuacct): then they are the same descriptor.
+type v1Hierarchies struct {
+	cpuacct, cpu, memory, pids, blkio dirFD
 }
 
-func (r *cgroupReader) Close() error { return r.root.Close() }
+// v1Dirs are the directory names a v1 controller's hierarchy may have under
+// the cgroup filesystem's root (the combined mount first; the short names are
+// usually symlinks to it).
+var v1Dirs = map[string][]string{
+	"cpuacct": {"cpu,cpuacct", "cpuacct,cpu", "cpuacct"},
+	"cpu":     {"cpu,cpuacct", "cpuacct,cpu", "cpu"},
+	"memory":  {"memory"},
+	"pids":    {"pids"},
+	"blkio":   {"blkio"},
+}
+
+func newCgroupReader(cgroupRoot, procRoot, sysRoot string, unified bool) (*cgroupReader, error) {
+	r := &cgroupReader{root: -1, procRoot: procRoot, sysRoot: sysRoot, devNames: map[string]string{}}
+	if unified {
+		fd, err := unix.Open(cgroupRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening the cgroup filesystem %s: %w", cgroupRoot, err)
+		}
+		r.root = dirFD(fd)
+		return r, nil
+	}
+	// The hierarchies' own directories are the system's mounts, not names from
+	// pods: they are opened by path.
+	open := func(controller string) dirFD {
+		for _, name := range v1Dirs[controller] {
+			if fd, err := unix.Open(cgroupRoot+"/"+name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+				return dirFD(fd)
+			}
+		}
+		return -1
+	}
+	h := &v1Hierarchies{cpuacct: open("cpuacct"), memory: open("memory"), pids: open("pids"), blkio: open("blkio")}
+	h.cpu = h.cpuacct
+	if !sameDir(h.cpu, v1Dirs["cpu"], cgroupRoot) {
+		h.cpu = open("cpu")
+	}
+	r.v1 = h
+	for _, d := range []dirFD{h.memory, h.pids, h.cpuacct} {
+		if d >= 0 {
+			r.root = d
+			break
+		}
+	}
+	if r.root < 0 {
+		r.Close()
+		return nil, fmt.Errorf("no cgroup v1 memory, pids or cpuacct hierarchy under %s", cgroupRoot)
+	}
+	return r, nil
+}
+
+// sameDir says whether d is also the hierarchy of the first of names that
+// exists under root (cpu and cpuacct mounted together).
+func sameDir(d dirFD, names []string, root string) bool {
+	if d < 0 {
+		return false
+	}
+	var a unix.Stat_t
+	if unix.Fstat(int(d), &a) != nil {
+		return false
+	}
+	for _, name := range names {
+		var b unix.Stat_t
+		if unix.Stat(root+"/"+name, &b) == nil {
+			return a.Dev == b.Dev && a.Ino == b.Ino
+		}
+	}
+	return false
+}
+
+func (r *cgroupReader) Close() error {
+	if h := r.v1; h != nil {
+		seen := map[dirFD]bool{}
+		for _, d := range []dirFD{h.cpuacct, h.cpu, h.memory, h.pids, h.blkio} {
+			if d >= 0 && !seen[d] {
+				seen[d] = true
+				d.Close()
+			}
+		}
+		return nil
+	}
+	return r.root.Close()
+}
 
 // dirFD is an open directory whose entries are opened by name, relative to
 // it, with O_NOFOLLOW: one lookup a file (resolving each file's whole path
@@ -179,6 +273,9 @@ func (d dirFD) Close() error { return unix.Close(int(d)) }
 // (gone, or not a cgroup). Files are opened relative to dir, one lookup each:
 // resolving the whole path in the root for every file cost 15x the reads.
 func (r *cgroupReader) read(dir dirFD, cgroupPath string) (CgroupStats, bool) {
+	if r.v1 != nil {
+		return r.readV1(dir, cgroupPath)
+	}
 	s := CgroupStats{Path: cgroupPath}
 	ok := false
 	if data, err := dir.ReadFile("cpu.stat"); err == nil {
@@ -221,6 +318,130 @@ func (r *cgroupReader) read(dir dirFD, cgroupPath string) (CgroupStats, bool) {
 		s.Processes = ptrTo(uint64(len(pids)))
 	}
 	return s, ok
+}
+
+// readV1 reads the cgroup at cgroupPath in each v1 controller's hierarchy as
+// cAdvisor does (through runc's cgroup v1 stats); dir is it in r.root's
+// hierarchy, whose cgroup.procs count the processes. ok is false when neither
+// cpuacct.usage nor memory.usage_in_bytes is readable.
+func (r *cgroupReader) readV1(dir dirFD, cgroupPath string) (CgroupStats, bool) {
+	s := CgroupStats{Path: cgroupPath}
+	ok := false
+	h := r.v1
+	// in runs fn on the cgroup's directory in hierarchy root, if it has one.
+	in := func(root dirFD, fn func(d dirFD)) {
+		if root < 0 {
+			return
+		}
+		d, err := root.openPath(cgroupPath)
+		if err != nil {
+			return
+		}
+		defer d.Close()
+		fn(d)
+	}
+	in(h.cpuacct, func(d dirFD) {
+		if data, err := d.ReadFile("cpuacct.usage"); err == nil {
+			if v, err := parseUint(data); err == nil {
+				s.CPUUsageNanos, ok = &v, true
+			}
+		}
+	})
+	in(h.cpu, func(d dirFD) {
+		data, err := d.ReadFile("cpu.cfs_quota_us")
+		if err != nil {
+			return
+		}
+		// -1: no quota.
+		if q, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err != nil || q <= 0 {
+			return
+		}
+		if data, err := d.ReadFile("cpu.stat"); err == nil {
+			kv := parseKV(data)
+			s.CFS = &CFSStats{Periods: kv["nr_periods"], ThrottledPeriods: kv["nr_throttled"], ThrottledNanos: kv["throttled_time"]}
+		}
+	})
+	in(h.memory, func(d dirFD) {
+		data, err := d.ReadFile("memory.usage_in_bytes")
+		if err != nil {
+			return
+		}
+		usage, err := parseUint(data)
+		if err != nil {
+			return
+		}
+		ok = true
+		var st map[string]uint64
+		if data, err := d.ReadFile("memory.stat"); err == nil {
+			st = parseKV(data)
+		}
+		// As cAdvisor: the hierarchy's totals when memory.use_hierarchy is on, but
+		// the working set always subtracts total_inactive_file.
+		prefix := ""
+		if data, err := d.ReadFile("memory.use_hierarchy"); err == nil && strings.TrimSpace(string(data)) == "1" {
+			prefix = "total_"
+		}
+		m := &CgroupMemoryStats{Usage: usage, WorkingSet: satSub(usage, st["total_inactive_file"]), RSS: st[prefix+"rss"], Cache: st[prefix+"cache"]}
+		if v, found := st[prefix+"swap"]; found {
+			m.Swap = &v
+		}
+		s.Memory = m
+		if data, err := d.ReadFile("memory.oom_control"); err == nil {
+			if v, found := parseKV(data)["oom_kill"]; found {
+				s.OOMKills = &v
+			}
+		}
+	})
+	in(h.blkio, func(d dirFD) { s.IO = r.readBlkio(d) })
+	if pids, err := procs(dir); err == nil {
+		s.Processes = ptrTo(uint64(len(pids)))
+	}
+	return s, ok
+}
+
+// readBlkio reads a v1 blkio cgroup's bytes per device as runc does: the
+// CFQ/BFQ scheduler's blkio.io_service_bytes_recursive when it has entries,
+// else the throttling layer's (recursive, else its own).
+func (r *cgroupReader) readBlkio(d dirFD) []DeviceIO {
+	for _, name := range []string{"blkio.io_service_bytes_recursive", "blkio.throttle.io_service_bytes_recursive", "blkio.throttle.io_service_bytes"} {
+		data, err := d.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		if io := r.parseBlkio(data); len(io) > 0 {
+			return io
+		}
+	}
+	return nil
+}
+
+// parseBlkio parses "MAJ:MIN Op N" lines (Read, Write, Sync, Async, Discard,
+// Total) and a final "Total N", in the devices' order of first appearance.
+func (r *cgroupReader) parseBlkio(data []byte) []DeviceIO {
+	var out []DeviceIO
+	idx := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || (f[1] != "Read" && f[1] != "Write") {
+			continue
+		}
+		n, err := strconv.ParseUint(f[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		i, seen := idx[f[0]]
+		if !seen {
+			i = len(out)
+			idx[f[0]] = i
+			out = append(out, DeviceIO{Device: r.deviceName(f[0])})
+		}
+		if f[1] == "Read" {
+			out[i].ReadBytes = n
+		} else {
+			out[i].WriteBytes = n
+		}
+	}
+	return out
 }
 
 func procs(dir dirFD) ([]int, error) {
@@ -334,13 +555,15 @@ func containerCgroupID(dirName string) string {
 
 // podCgroupInput is what podCgroups needs about one pod.
 type podCgroupInput struct {
-	ref        statsapi.PodReference
-	start      time.Time
-	dir        string // the pod cgroup's path
-	sandboxID  string
-	hostNet    bool
-	network    *statsapi.NetworkStats // from the runtime, if it measured it
-	containers map[string]ContainerCgroup
+	ref       statsapi.PodReference
+	start     time.Time
+	dir       string // the pod cgroup's path
+	sandboxID string
+	// sandboxImage is the runtime's pause image.
+	sandboxImage string
+	hostNet      bool
+	network      *statsapi.NetworkStats // from the runtime, if it measured it
+	containers   map[string]ContainerCgroup
 }
 
 // podCgroups reads a pod's cgroup and its running containers' (the children
@@ -392,6 +615,13 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 				child.Close()
 			}
 			continue
+		}
+		if id == in.sandboxID {
+			// The pause container: a container series of its own, as cAdvisor's
+			// containerd and CRI-O handlers report the sandbox.
+			if cs, ok := r.read(child, path.Join(in.dir, e.Name())); ok {
+				pc.Sandbox = &ContainerCgroup{ID: id, Image: in.sandboxImage, StartTime: in.start, Cgroup: cs}
+			}
 		}
 		pids, err := procs(child)
 		child.Close()

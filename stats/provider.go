@@ -58,6 +58,9 @@ type Config struct {
 	KubeletCgroup, RuntimeCgroup, MiscCgroup string
 	// PodCgroup returns a pod's path in the cgroup filesystem, or "" when unknown.
 	PodCgroup func(pod *v1.Pod) string
+	// SandboxImage is the runtime's pause image: the image label of the
+	// sandboxes' /metrics/cadvisor series ("" when the runtime did not say).
+	SandboxImage string
 	// VolumeStats, if set, holds the pods' volume stats measured in the
 	// background (volumeStatsAggPeriod); without it each Snapshot walks the
 	// pods' volume directories.
@@ -70,8 +73,8 @@ type Snapshot struct {
 	Summary *statsapi.Summary
 	// Time is when the measurement started: the samples' timestamp.
 	Time time.Time
-	// Cgroups are the cgroup v2 readings of the pods nodelet knows and of
-	// their running containers (for /metrics/cadvisor); nil on cgroup v1.
+	// Cgroups are the cgroup readings of the pods nodelet knows and of
+	// their running containers (for /metrics/cadvisor) (v2, or v1's controllers).
 	Cgroups []PodCgroups
 	// DedicatedImageFs: the runtime's image filesystem is not nodefs.
 	DedicatedImageFs bool
@@ -226,7 +229,7 @@ func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time
 }
 
 // podStats lists the pods' containers and their usage, and reads the cgroups
-// of those nodelet knows (cgroup v2).
+// of those nodelet knows (cgroup v2 or v1).
 // podFs are the filesystems the pods' usage is on: nodefs (logs, volumes,
 // /etc/hosts) and the containers' writable layers' (nil: the runtime did not
 // say), with their devices.
@@ -250,8 +253,8 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]sta
 		return nil, nil, err
 	}
 	var cgr *cgroupReader
-	if p.cfg.Unified && p.cfg.PodCgroup != nil {
-		if cgr, err = newCgroupReader(p.cfg.CgroupRoot, p.cfg.ProcRoot, p.cfg.SysRoot); err != nil {
+	if p.cfg.PodCgroup != nil {
+		if cgr, err = newCgroupReader(p.cfg.CgroupRoot, p.cfg.ProcRoot, p.cfg.SysRoot, p.cfg.Unified); err != nil {
 			klog.ErrorS(err, "Reading pod cgroups for stats")
 		} else {
 			defer cgr.Close()
@@ -388,7 +391,7 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]sta
 					}
 				}
 				if cgr != nil {
-					in := podCgroupInput{ref: ps.PodRef, start: ps.StartTime.Time, dir: dir, sandboxID: a.sandboxID,
+					in := podCgroupInput{ref: ps.PodRef, start: ps.StartTime.Time, dir: dir, sandboxID: a.sandboxID, sandboxImage: p.cfg.SandboxImage,
 						hostNet: pod.Spec.HostNetwork, network: ps.Network, containers: a.cgroups}
 					if pc, ok := cgr.podCgroups(in); ok {
 						cgs = append(cgs, pc)

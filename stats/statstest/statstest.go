@@ -129,6 +129,9 @@ func PodCgroupPath(pod *v1.Pod) string {
 	return "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + u + ".slice"
 }
 
+// PauseImage is the fake runtime's sandbox image.
+const PauseImage = "registry.example/pause:3.10"
+
 // ContainerID is the fake container ID of pod i.
 func ContainerID(i int) string { return fmt.Sprintf("%064x", i+1) }
 

@@ -71,8 +71,8 @@ type PodCgroups struct {
 	// /proc/<pid>/net/dev of a process in the pod); nil with host networking.
 	Network []statsapi.InterfaceStats
 	// Sandbox is the pause container's cgroup (the child named for the
-	// sandbox's ID), nil when the pod cgroup has none: cAdvisor reports it as
-	// a container of its own, with the pod's network.
+	// sandbox's ID) and image, nil when the pod cgroup has none: cAdvisor
+	// reports it as a container of its own, with the pod's network.
 	Sandbox    *ContainerCgroup
 	Containers []ContainerCgroup
 }
@@ -620,7 +620,7 @@ func (r *cgroupReader) podCgroups(in podCgroupInput) (PodCgroups, bool) {
 			// The pause container: a container series of its own, as cAdvisor's
 			// containerd and CRI-O handlers report the sandbox.
 			if cs, ok := r.read(child, path.Join(in.dir, e.Name())); ok {
-				pc.Sandbox = &ContainerCgroup{ID: id, Image: in.sandboxImage, StartTime: in.start, Cgroup: cs}
+				pc.Sandbox = &ContainerCgroup{ID: id, StartTime: in.start, Cgroup: cs}
 			}
 		}
 		pids, err := procs(child)

@@ -211,6 +211,46 @@ func TestPodCgroupsV1WithoutMemoryHierarchy(t *testing.T) {
 	}
 }
 
+// TestSandboxImage: the pause container's image is the one the runtime's
+// verbose sandbox status names ("info"'s "image", as containerd's), asked once
+// per sandbox and forgotten with it; without it, Config.SandboxImage.
+func TestSandboxImage(t *testing.T) {
+	p, nd := fakeNodeProvider(t, 2)
+	nd.Runtime.SandboxInfo = map[string]map[string]string{
+		statstest.SandboxID(0): {"info": `{"pid":1,"image":"registry.example/pause:own"}`},
+		statstest.SandboxID(1): {"info": `{"pid":1}`},
+	}
+	images := func() map[string]string {
+		t.Helper()
+		snap, err := p.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, pc := range snap.Cgroups {
+			if pc.Sandbox == nil {
+				t.Fatalf("pod %s has no sandbox cgroup reading", pc.Pod.Name)
+			}
+			out[pc.Pod.Name] = pc.Sandbox.Image
+		}
+		return out
+	}
+	want := map[string]string{"pod-0": "registry.example/pause:own", "pod-1": statstest.PauseImage}
+	for range 2 {
+		if diff := cmp.Diff(want, images()); diff != "" {
+			t.Errorf("sandbox images (-want +got):\n%s", diff)
+		}
+	}
+	if nd.Runtime.StatusCalls != 2 {
+		t.Errorf("PodSandboxStatus called %d times in two measurements of two sandboxes, want 2 (once each)", nd.Runtime.StatusCalls)
+	}
+	nd.Runtime.Sandboxes = nd.Runtime.Sandboxes[:1]
+	images()
+	if _, kept := p.sandboxImages[statstest.SandboxID(1)]; kept || len(p.sandboxImages) != 1 {
+		t.Errorf("sandbox images after pod-1's sandbox went: %v, want only pod-0's", p.sandboxImages)
+	}
+}
+
 func TestContainerCgroupID(t *testing.T) {
 	for in, want := range map[string]string{
 		"cri-containerd-abc.scope": "abc", "crio-abc.scope": "abc", "docker-abc.scope": "abc", "abc": "abc",

@@ -7,6 +7,7 @@ package stats
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -59,7 +60,8 @@ type Config struct {
 	// PodCgroup returns a pod's path in the cgroup filesystem, or "" when unknown.
 	PodCgroup func(pod *v1.Pod) string
 	// SandboxImage is the runtime's pause image: the image label of the
-	// sandboxes' /metrics/cadvisor series ("" when the runtime did not say).
+	// sandboxes' /metrics/cadvisor series when the runtime does not say a
+	// sandbox's own in its verbose status ("" when it did not say either).
 	SandboxImage string
 	// VolumeStats, if set, holds the pods' volume stats measured in the
 	// background (volumeStatsAggPeriod); without it each Snapshot walks the
@@ -99,6 +101,9 @@ type Provider struct {
 
 	mu      sync.Mutex
 	lastCPU map[string]cpuSample // by container ID, sandboxKey(sandbox ID), and "" for the node
+	// sandboxImages are the sandboxes' images by sandbox ID, asked once each
+	// (a sandbox's image does not change); forgotten when the sandbox is gone.
+	sandboxImages map[string]string
 }
 
 type cpuSample struct {
@@ -230,6 +235,16 @@ func (p *Provider) runtimeFs(ctx context.Context, rootDev uint64, mt metav1.Time
 
 // podStats lists the pods' containers and their usage, and reads the cgroups
 // of those nodelet knows (cgroup v2 or v1).
+// podAcc accumulates one pod's stats from its sandboxes and containers.
+type podAcc struct {
+	stats     statsapi.PodStats
+	sandboxID string
+	created   int64
+	ready     bool
+	// cgroups are the running containers by ID, for reading their cgroups.
+	cgroups map[string]ContainerCgroup
+}
+
 // podFs are the filesystems the pods' usage is on: nodefs (logs, volumes,
 // /etc/hosts) and the containers' writable layers' (nil: the runtime did not
 // say), with their devices.
@@ -272,14 +287,6 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]sta
 	}
 	mt := metav1.NewTime(now)
 
-	type podAcc struct {
-		stats     statsapi.PodStats
-		sandboxID string
-		created   int64
-		ready     bool
-		// cgroups are the running containers by ID, for reading their cgroups.
-		cgroups map[string]ContainerCgroup
-	}
 	acc := map[types.UID]*podAcc{}
 	var order []types.UID
 	for _, sb := range sandboxes {
@@ -391,9 +398,12 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]sta
 					}
 				}
 				if cgr != nil {
-					in := podCgroupInput{ref: ps.PodRef, start: ps.StartTime.Time, dir: dir, sandboxID: a.sandboxID, sandboxImage: p.cfg.SandboxImage,
+					in := podCgroupInput{ref: ps.PodRef, start: ps.StartTime.Time, dir: dir, sandboxID: a.sandboxID,
 						hostNet: pod.Spec.HostNetwork, network: ps.Network, containers: a.cgroups}
 					if pc, ok := cgr.podCgroups(in); ok {
+						if pc.Sandbox != nil {
+							pc.Sandbox.Image = p.sandboxImage(ctx, a.sandboxID)
+						}
 						cgs = append(cgs, pc)
 					}
 				}
@@ -402,7 +412,70 @@ func (p *Provider) podStats(ctx context.Context, now time.Time, fs podFs) ([]sta
 		out = append(out, ps)
 	}
 	p.forgetCPU(seenCPU)
+	p.forgetSandboxImages(acc)
 	return out, cgs, nil
+}
+
+// sandboxStatuser is the CRI call that names a sandbox's image.
+type sandboxStatuser interface {
+	PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error)
+}
+
+// sandboxImage is the image the sandbox's (pause) container runs, as cAdvisor
+// labels it: the container's image from the runtime's verbose sandbox status
+// (containerd's "info" has it; its runtime status does not, since 2.0), else
+// Config.SandboxImage. Asked once per sandbox.
+func (p *Provider) sandboxImage(ctx context.Context, id string) string {
+	p.mu.Lock()
+	img, ok := p.sandboxImages[id]
+	p.mu.Unlock()
+	if ok {
+		return img
+	}
+	st, isStatuser := p.rt.(sandboxStatuser)
+	if !isStatuser {
+		return p.cfg.SandboxImage
+	}
+	resp, err := st.PodSandboxStatus(ctx, id, true)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Cannot read the sandbox's image", "sandboxID", id, "err", err)
+		return p.cfg.SandboxImage // asked again next time
+	}
+	img = sandboxImageFromInfo(resp.GetInfo(), p.cfg.SandboxImage)
+	p.mu.Lock()
+	if p.sandboxImages == nil {
+		p.sandboxImages = map[string]string{}
+	}
+	p.sandboxImages[id] = img
+	p.mu.Unlock()
+	return img
+}
+
+// sandboxImageFromInfo reads "image" from the verbose status's "info" JSON,
+// fallback when it is missing.
+func sandboxImageFromInfo(info map[string]string, fallback string) string {
+	var v struct {
+		Image string `json:"image"`
+	}
+	if raw, ok := info["info"]; ok && json.Unmarshal([]byte(raw), &v) == nil && v.Image != "" {
+		return v.Image
+	}
+	return fallback
+}
+
+// forgetSandboxImages drops the images of sandboxes the runtime no longer lists.
+func (p *Provider) forgetSandboxImages(listed map[types.UID]*podAcc) {
+	ids := make(map[string]bool, len(listed))
+	for _, a := range listed {
+		ids[a.sandboxID] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.sandboxImages {
+		if !ids[id] {
+			delete(p.sandboxImages, id)
+		}
+	}
 }
 
 // maxSandboxStatsFailures is how many ListPodSandboxStats failures in a row

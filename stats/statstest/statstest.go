@@ -29,6 +29,22 @@ type Runtime struct {
 	// SandboxStats answers ListPodSandboxStats; nil: Unimplemented.
 	SandboxStats []*runtimeapi.PodSandboxStats
 	ImageFs      *runtimeapi.ImageFsInfoResponse
+	// SandboxInfo answers verbose PodSandboxStatus by sandbox ID; nil: Unimplemented.
+	SandboxInfo map[string]map[string]string
+	// StatusCalls counts PodSandboxStatus calls.
+	StatusCalls int
+}
+
+func (r *Runtime) PodSandboxStatus(_ context.Context, id string, _ bool) (*runtimeapi.PodSandboxStatusResponse, error) {
+	r.StatusCalls++
+	if r.SandboxInfo == nil {
+		return nil, status.Error(codes.Unimplemented, "not implemented")
+	}
+	info, ok := r.SandboxInfo[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "sandbox %s not found", id)
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Info: info}, nil
 }
 
 func (r *Runtime) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {

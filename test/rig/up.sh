@@ -164,11 +164,13 @@ write_if_changed() {
 }
 
 # ---------------------------------------------------------------- PKI
-# cert NAME SUBJ [SANS] [EXT_USAGE]: a key and a CA-signed cert, kept when present.
+# cert NAME SUBJ [SANS] [EXT_USAGE]: a key and a cert signed by $PKI/${CERT_CA:-ca}.crt, kept when
+# present.
 cert() {
-	local name=$1 subj=$2 sans=${3:-} usage=${4:-clientAuth} ext
+	local name=$1 subj=$2 sans=${3:-} usage=${4:-clientAuth} ca=${CERT_CA:-ca} ext
 	if [[ -f "$PKI/$name.crt" && -f "$PKI/$name.key" ]] &&
-		openssl x509 -in "$PKI/$name.crt" -noout -subject -nameopt compat | grep -qF "subject=$subj"; then
+		openssl x509 -in "$PKI/$name.crt" -noout -subject -nameopt compat | grep -qF "subject=$subj" &&
+		openssl verify -CAfile "$PKI/$ca.crt" "$PKI/$name.crt" >/dev/null 2>&1; then
 		return 0
 	fi
 	log "pki: $name ($subj)"
@@ -181,19 +183,23 @@ cert() {
 		echo "extendedKeyUsage=$usage"
 		if [[ -n "$sans" ]]; then echo "subjectAltName=$sans"; fi
 	} >"$ext"
-	openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+	openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
 		-days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
 	rm -f "$PKI/$name.csr" "$ext"
 }
 
-if [[ ! -f "$PKI/ca.crt" || ! -f "$PKI/ca.key" ]]; then
-	log "pki: CA"
-	openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
-	openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=nodelet-rig-ca" -days 3650 -sha256 \
+# new_ca NAME CN: makes the CA NAME unless it is there; 0 when it made one.
+new_ca() {
+	[[ -f "$PKI/$1.crt" && -f "$PKI/$1.key" ]] && return 1
+	log "pki: CA $1"
+	openssl genrsa -out "$PKI/$1.key" 2048 2>/dev/null
+	openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 3650 -sha256 \
 		-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-		-out "$PKI/ca.crt" 2>/dev/null
+		-out "$PKI/$1.crt" 2>/dev/null
+}
+if new_ca ca nodelet-rig-ca; then
 	# A new CA invalidates every cert signed by the old one.
-	find "$PKI" -name '*.crt' ! -name ca.crt -delete
+	find "$PKI" -name '*.crt' ! -name ca.crt ! -name front-proxy-ca.crt -delete
 fi
 cert apiserver "/CN=kube-apiserver" \
 	"IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
@@ -216,6 +222,14 @@ fi
 # A serving cert for the node agent's own HTTPS port, so the apiserver can verify it.
 cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" \
 	"IP:127.0.0.1,DNS:localhost,DNS:$NODE_NAME${NODE_IP:+,IP:$NODE_IP}" serverAuth
+# metrics-server's identity toward the API server and the node agent (TestKubectlTop binds it
+# to metrics-server's own ClusterRoles).
+cert metrics-server "/CN=system:metrics-server"
+# The aggregation layer (as kubeadm): the API server proxies to extension API servers
+# (metrics-server) with a client cert from a CA of its own, so that no client cert of the
+# main CA can pass for the front proxy and set the identity headers.
+new_ca front-proxy-ca nodelet-rig-front-proxy-ca || true
+CERT_CA=front-proxy-ca cert front-proxy-client "/CN=front-proxy-client"
 if [[ ! -f "$PKI/sa.key" ]]; then
 	log "pki: service-account key pair"
 	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -252,6 +266,7 @@ kubeconfig admin kubernetes-admin admin
 kubeconfig node "system:node:$NODE_NAME" node
 kubeconfig kube-controller-manager system:kube-controller-manager kube-controller-manager
 kubeconfig kube-scheduler system:kube-scheduler kube-scheduler
+kubeconfig metrics-server system:metrics-server metrics-server
 
 # ---------------------------------------------------------------- etcd
 mkdir -p "$RIG_DIR/etcd"
@@ -286,6 +301,14 @@ start kube-apiserver "$RIG_BIN_DIR/kube-apiserver" \
 	--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
 	--kubelet-certificate-authority="$PKI/ca.crt" \
 	--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP \
+	--requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+	--requestheader-allowed-names=front-proxy-client \
+	--requestheader-extra-headers-prefix=X-Remote-Extra- \
+	--requestheader-group-headers=X-Remote-Group \
+	--requestheader-username-headers=X-Remote-User \
+	--proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+	--proxy-client-key-file="$PKI/front-proxy-client.key" \
+	--enable-aggregator-routing=true \
 	--profiling=false \
 	--v=1
 wait_until 90 "kube-apiserver $APISERVER_URL/readyz" \
@@ -698,6 +721,9 @@ KUBELET_CLIENT_CERT=$PKI/apiserver-kubelet-client.crt
 KUBELET_CLIENT_KEY=$PKI/apiserver-kubelet-client.key
 KUBELET_SERVING_CERT=$PKI/kubelet-serving.crt
 KUBELET_SERVING_KEY=$PKI/kubelet-serving.key
+METRICS_SERVER_KUBECONFIG=$RIG_DIR/metrics-server.kubeconfig
+METRICS_SERVER_CERT=$PKI/metrics-server.crt
+METRICS_SERVER_KEY=$PKI/metrics-server.key
 NODE_IP=$NODE_IP
 CONTAINER_RUNTIME_ENDPOINT=$CONTAINER_RUNTIME_ENDPOINT
 RIG_RUNTIME=$RIG_RUNTIME

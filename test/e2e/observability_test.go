@@ -19,7 +19,6 @@ import (
 	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -142,8 +141,8 @@ func cpuRates(t *testing.T, ctx context.Context, f *framework.Framework, path, n
 // container "idle" sleeps. Through the API server's nodes/proxy, container_cpu_usage_seconds_total
 // of "burn" rises between two background measurements at more than 0.02 cores and at most the
 // limit with slack (the node's or the pod's whole CPU would not fit under it), while "idle"'s
-// stays under 0.02 cores: /metrics/resource (metrics-server's) always, /metrics/cadvisor on
-// cgroup v2 (on cgroup v1, nodelet's cAdvisor endpoint has machine series only).
+// stays under 0.02 cores: on /metrics/resource (metrics-server's) and on /metrics/cadvisor
+// (read from cgroup v2, or v1's cpuacct on the rig's hybrid host).
 func TestCPUBurnerMetricsRise(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -181,14 +180,30 @@ func TestCPUBurnerMetricsRise(t *testing.T) {
 				t.Errorf("/metrics/cadvisor has no %q", strings.TrimSpace(m))
 			}
 		}
-		var st unix.Statfs_t
-		if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
-			t.Fatal(err)
-		}
-		if st.Type != unix.CGROUP2_SUPER_MAGIC {
-			t.Skip("the host is cgroup v1: nodelet's /metrics/cadvisor reads container series from cgroup v2 only")
-		}
 		check(t, "/metrics/cadvisor")
+
+		// The rest of the families from the same cgroups (v1's cpu, memory controllers on
+		// the rig): "burn" has a CFS quota, so throttling series, and memory in use.
+		b, err = proxyGet(ctx, f, "/metrics/cadvisor", nil)
+		if err != nil {
+			t.Fatalf("%v: %.300s", err, b)
+		}
+		exp := string(b)
+		burn := map[string]string{"container": "burn", "namespace": ns, "pod": pod.Name}
+		for _, m := range []string{"container_cpu_cfs_periods_total", "container_memory_working_set_bytes", "container_memory_usage_bytes", "container_processes"} {
+			if s, ok := findSample(exp, m, burn); !ok || s.value <= 0 {
+				t.Errorf("/metrics/cadvisor %s of burn: %v (found %v), want above 0\n%s", m, s.value, ok, grepLines(exp, m+`{container="burn"`))
+			}
+		}
+		// The pause container: container "", the runtime's sandbox image, name its ID; the
+		// pod's network series are its.
+		sb, ok := findSample(exp, "container_memory_working_set_bytes", map[string]string{"container": "", "image": f.Env.PauseImage, "namespace": ns, "pod": pod.Name})
+		if !ok || sb.value <= 0 {
+			t.Errorf("/metrics/cadvisor has no pause container working set for %s (image %s): %v\n%s", pod.Name, f.Env.PauseImage, sb, grepLines(exp, "container_memory_working_set_bytes"))
+		}
+		if _, ok := findSample(exp, "container_network_receive_bytes_total", map[string]string{"container": "", "image": f.Env.PauseImage, "namespace": ns, "pod": pod.Name, "interface": "eth0"}); !ok {
+			t.Errorf("/metrics/cadvisor has no eth0 receive series on %s's pause container\n%s", pod.Name, grepLines(exp, "container_network_receive_bytes_total"))
+		}
 	})
 }
 

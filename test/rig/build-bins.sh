@@ -43,6 +43,12 @@ stamp_ok() {
 		"$(cat "$RIG_BIN_DIR/$1.version")" == "$2" ]]
 }
 
+# module_ok DIR MODULE VERSION: DIR's go.mod requires MODULE at VERSION and DIR has a go.sum.
+module_ok() {
+	grep -qE "^[[:space:]]*(require )?${2//./\\.} ${3//./\\.}( // indirect)?\$" "$1/go.mod" 2>/dev/null &&
+		[[ -s "$1/go.sum" ]]
+}
+
 # gen_k8s_module writes test/rig/k8sbins/go.mod for K8S_VERSION: the staging modules are
 # read from k8s.io/kubernetes's own go.mod (the list changes between releases).
 gen_k8s_module() {
@@ -142,8 +148,7 @@ mkdir -p "$RIG_BIN_DIR"
 if stamp_ok etcd "$ETCD_VERSION"; then
 	log "etcd $ETCD_VERSION cached in $RIG_BIN_DIR"
 else
-	if ! grep -qE "go\.etcd\.io/etcd/server/v3 ${ETCD_VERSION//./\\.}( // indirect)?\$" "$HERE/etcdbin/go.mod" 2>/dev/null ||
-		[[ ! -s "$HERE/etcdbin/go.sum" ]]; then
+	if ! module_ok "$HERE/etcdbin" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"; then
 		log "generating test/rig/etcdbin/go.mod for etcd $ETCD_VERSION"
 		gen_etcd_module
 	fi
@@ -165,8 +170,7 @@ done
 if ((${#need[@]} == 0)); then
 	log "${K8S_BINS[*]} $K8S_VERSION cached in $RIG_BIN_DIR"
 else
-	if ! grep -qE "^[[:space:]]*(require )?k8s\.io/kubernetes ${K8S_VERSION//./\\.}( // indirect)?\$" "$HERE/k8sbins/go.mod" 2>/dev/null ||
-		[[ ! -s "$HERE/k8sbins/go.sum" ]]; then
+	if ! module_ok "$HERE/k8sbins" k8s.io/kubernetes "$K8S_VERSION"; then
 		log "generating test/rig/k8sbins/go.mod for $K8S_VERSION"
 		gen_k8s_module
 	fi
@@ -190,9 +194,8 @@ done
 if ((${#need[@]} == 0)); then
 	log "csi-provisioner $CSI_PROVISIONER_VERSION, csi-attacher $CSI_ATTACHER_VERSION cached in $RIG_BIN_DIR"
 else
-	if ! grep -qE "^[[:space:]]*${CSI_PROVISIONER//./\\.} ${CSI_PROVISIONER_VERSION//./\\.}( // indirect)?\$" "$HERE/csibins/go.mod" 2>/dev/null ||
-		! grep -qE "^[[:space:]]*${CSI_ATTACHER//./\\.} ${CSI_ATTACHER_VERSION//./\\.}( // indirect)?\$" "$HERE/csibins/go.mod" 2>/dev/null ||
-		[[ ! -s "$HERE/csibins/go.sum" ]]; then
+	if ! module_ok "$HERE/csibins" "$CSI_PROVISIONER" "$CSI_PROVISIONER_VERSION" ||
+		! module_ok "$HERE/csibins" "$CSI_ATTACHER" "$CSI_ATTACHER_VERSION"; then
 		log "generating test/rig/csibins/go.mod for provisioner $CSI_PROVISIONER_VERSION, attacher $CSI_ATTACHER_VERSION"
 		gen_csi_module
 	fi
@@ -206,8 +209,7 @@ fi
 if stamp_ok metrics-server "$METRICS_SERVER_VERSION"; then
 	log "metrics-server $METRICS_SERVER_VERSION cached in $RIG_BIN_DIR"
 else
-	if ! grep -qE "^[[:space:]]*${METRICS_SERVER//./\\.} ${METRICS_SERVER_VERSION//./\\.}( // indirect)?\$" "$HERE/metricsserverbin/go.mod" 2>/dev/null ||
-		[[ ! -s "$HERE/metricsserverbin/go.sum" ]]; then
+	if ! module_ok "$HERE/metricsserverbin" "$METRICS_SERVER" "$METRICS_SERVER_VERSION"; then
 		log "generating test/rig/metricsserverbin/go.mod for metrics-server $METRICS_SERVER_VERSION"
 		gen_metrics_server_module
 	fi

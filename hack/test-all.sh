@@ -39,8 +39,8 @@
 #                                         leaked-task tests added ~45s on 2026-12-07; issue 22's
 #                                         observability tests 27-28s on 2026-12-07, quiet rig;
 #                                         the whole suite, 86 tests, 1201s that day on a quiet rig;
-#                                         TestKubectlTop (metrics-server, kubectl top) 26-29s and
-#                                         TestCPUBurnerMetricsRise 30s with its cgroup v1
+#                                         TestKubectlTop (metrics-server, kubectl top) 26-33s and
+#                                         TestCPUBurnerMetricsRise 30-32s with its cgroup v1
 #                                         /metrics/cadvisor part, 2026-12-07: +40s)
 #   chaos tests                      740s (all eight fault-suite tests with CI counts; 653s in a
 #                                         CI run on 2026-12-06; TestNodeletKilledMidBurst 29-46s)

@@ -79,7 +79,10 @@ type resourceState struct {
 }
 
 type assignment struct {
-	ids  []string
+	ids []string
+	// numa are the devices' NUMA nodes when they were allocated (nil:
+	// unknown, from an old checkpoint, until the plugin reports them).
+	numa map[string][]int
 	resp *pluginapi.ContainerAllocateResponse
 }
 
@@ -125,7 +128,15 @@ func New(dir string, clk clock.Clock, numaNodes []int) (*Manager, error) {
 			klog.ErrorS(err, "Dropping a device checkpoint entry whose Allocate answer does not decode", "podUID", e.PodUID, "container", e.ContainerName, "resource", e.ResourceName)
 			continue
 		}
-		m.assign(types.UID(e.PodUID), e.ContainerName, e.ResourceName, &assignment{ids: e.DeviceIDs, resp: resp})
+		m.assign(types.UID(e.PodUID), e.ContainerName, e.ResourceName, &assignment{ids: e.DeviceIDs, numa: e.NUMA, resp: resp})
+		// Topology hints for pods re-admitted before their plugin is back
+		// see the assigned devices' NUMA nodes.
+		if rs := m.resources[e.ResourceName]; rs != nil && e.NUMA != nil {
+			if rs.numa == nil {
+				rs.numa = map[string][]int{}
+			}
+			maps.Copy(rs.numa, e.NUMA)
+		}
 	}
 	return m, nil
 }
@@ -344,6 +355,14 @@ func (m *Manager) updateDevices(ep *endpoint, devs []*pluginapi.Device) {
 		return
 	}
 	rs.healthy, rs.unhealthy, rs.numa, rs.stoppedAt = sorted(healthy), sorted(unhealthy), numa, time.Time{}
+	// Assignments from a checkpoint that did not keep NUMA nodes learn them now.
+	for _, cs := range m.pods {
+		for _, rss := range cs {
+			if a := rss[ep.resource]; a != nil && a.numa == nil {
+				a.numa = numaOf(a.ids, numa)
+			}
+		}
+	}
 	klog.InfoS("Device plugin updated its devices", "resource", ep.resource, "healthy", len(healthy), "unhealthy", len(unhealthy))
 	m.storeLocked()
 }
@@ -429,7 +448,7 @@ func (m *Manager) storeLocked() {
 					klog.ErrorS(err, "Serializing a device assignment for the checkpoint", "podUID", uid, "container", c, "resource", res)
 					continue
 				}
-				d.PodDeviceEntries = append(d.PodDeviceEntries, podDeviceEntry{PodUID: string(uid), ContainerName: c, ResourceName: res, DeviceIDs: a.ids, AllocResp: blob})
+				d.PodDeviceEntries = append(d.PodDeviceEntries, podDeviceEntry{PodUID: string(uid), ContainerName: c, ResourceName: res, DeviceIDs: a.ids, NUMA: a.numa, AllocResp: blob})
 			}
 		}
 	}
@@ -597,7 +616,7 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, container,
 		return fmt.Errorf("no containers return in allocation response %v", resp)
 	}
 	m.mu.Lock()
-	m.assign(uid, container, res, &assignment{ids: ids, resp: resp.ContainerResponses[0]})
+	m.assign(uid, container, res, &assignment{ids: ids, numa: numaOf(ids, numa), resp: resp.ContainerResponses[0]})
 	m.storeLocked()
 	m.mu.Unlock()
 	klog.InfoS("Allocated devices", "podUID", uid, "container", container, "resource", res, "devices", ids, "numaAffinity", affinity.String())
@@ -704,17 +723,32 @@ func (m *Manager) ApplyDevices(ctx context.Context, pod *v1.Pod, container *v1.C
 }
 
 // ContainerDevices are the container's devices, for the pod resources API:
-// per resource, grouped by the NUMA node their plugin reports, as upstream.
+// per resource, grouped by the NUMA nodes they had when allocated (kept in
+// the checkpoint, so also right after a restart), as upstream.
 func (m *Manager) ContainerDevices(uid types.UID, container string) []*podresourcesapi.ContainerDevices {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*podresourcesapi.ContainerDevices
 	for _, res := range slices.Sorted(maps.Keys(m.pods[uid][container])) {
-		var numa map[string][]int
-		if rs := m.resources[res]; rs != nil {
+		a := m.pods[uid][container][res]
+		numa := a.numa
+		if rs := m.resources[res]; numa == nil && rs != nil {
 			numa = rs.numa
 		}
-		out = append(out, byNUMA(res, m.pods[uid][container][res].ids, numa, false)...)
+		out = append(out, byNUMA(res, a.ids, numa, false)...)
+	}
+	return out
+}
+
+// numaOf is numa restricted to ids, every id present (no topology: empty);
+// nil when numa is (nothing known).
+func numaOf(ids []string, numa map[string][]int) map[string][]int {
+	if numa == nil {
+		return nil
+	}
+	out := make(map[string][]int, len(ids))
+	for _, d := range ids {
+		out[d] = slices.Clone(numa[d])
 	}
 	return out
 }

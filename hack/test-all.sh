@@ -22,7 +22,12 @@
 #                                         metrics-server v0.8.0 adds 903s cold measured 2026-12-07
 #                                         at nice 19 with four helpers compiling beside it, 626
 #                                         CPU-seconds: ~5 min on 2 quiet cores, not inside this
-#                                         budget), ~5s cached
+#                                         budget;
+#                                         sample-device-plugin, for the device plugin e2e tests,
+#                                         built alone 250s with an empty build cache on
+#                                         2026-12-07 under load, 5s with the control plane's
+#                                         packages cached, which the one cold build shares),
+#                                         ~5s cached
 #   gofmt                             15s
 #   go vet                           240s (268s cold 2026-12-06 at load ~25, 0s warm)
 #   systemd unit                      15s
@@ -34,21 +39,24 @@
 #   rig up                            50s (21s on 2026-12-06, 23s on 2026-12-07; was 90s, then 70s,
 #                                         lowered to make room for the observability e2e tests; 67s
 #                                         once on 2026-12-07 with four helpers compiling beside it)
-#   e2e tests                       1250s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
+#   e2e tests                       1320s (1088s warm on 2026-12-06, 78 tests, CSI, block, evented
 #                                         PLEG included; the CPU manager, device plugin and
 #                                         leaked-task tests added ~45s on 2026-12-07; issue 22's
 #                                         observability tests 27-28s on 2026-12-07, quiet rig;
 #                                         the whole suite, 86 tests, 1201s that day on a quiet rig;
 #                                         TestKubectlTop (metrics-server, kubectl top) 26-33s and
 #                                         TestCPUBurnerMetricsRise 30-32s with its cgroup v1
-#                                         /metrics/cadvisor part, 2026-12-07: +40s)
+#                                         /metrics/cadvisor part, 2026-12-07: +40s;
+#                                         TestSampleDevicePlugin, upstream's sample device plugin,
+#                                         43-48s per run on 2026-12-07: +48s;
+#                                         TestDRAClaim 5-8s + its setup: 1320s)
 #   chaos tests                      740s (all eight fault-suite tests with CI counts; 653s in a
 #                                         CI run on 2026-12-06; TestNodeletKilledMidBurst 29-46s)
 #   vm test                          320s (291s on 2026-12-06)
 #   NodeConformance slice            440s (hack/conformance.sh --slice: builds e2e.test, ginkgo,
 #                                         agnhost and the test images once, cached; ~150s warm,
 #                                         434s on 2026-12-06 building them)
-#   total                           5390s (89.8 min)
+#   total                           5400s (90 min)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -151,7 +159,7 @@ RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
 
-section "e2e tests" 1250
+section "e2e tests" 1320
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
 if [[ -n "${E2E_RUN:-}" ]]; then e2e_args+=(-run "$E2E_RUN"); fi
 go test "${e2e_args[@]}" ./test/e2e/...

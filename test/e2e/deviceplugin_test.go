@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -96,14 +97,15 @@ func (p *e2ePlugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*
 	return out, nil
 }
 
-func nodeDevices(ctx context.Context, t *testing.T, f *framework.Framework, capacity, allocatable int64) {
+// nodeDevices waits until the Node reports capacity and allocatable of resource res.
+func nodeDevices(ctx context.Context, t *testing.T, f *framework.Framework, res v1.ResourceName, capacity, allocatable int64) {
 	t.Helper()
-	err := framework.WaitFor(ctx, time.Minute, fmt.Sprintf("%s capacity %d allocatable %d", e2eDevice, capacity, allocatable), func(ctx context.Context) (bool, error) {
+	err := framework.WaitFor(ctx, time.Minute, fmt.Sprintf("%s capacity %d allocatable %d", res, capacity, allocatable), func(ctx context.Context) (bool, error) {
 		n, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		c, a := n.Status.Capacity[e2eDevice], n.Status.Allocatable[e2eDevice]
+		c, a := n.Status.Capacity[res], n.Status.Allocatable[res]
 		return c.Value() == capacity && a.Value() == allocatable, nil
 	})
 	if err != nil {
@@ -125,7 +127,7 @@ func TestDevicePlugin(t *testing.T) {
 	p := &e2ePlugin{dir: filepath.Join(n.RootDir, "device-plugins"), hostDir: t.TempDir()}
 	t.Cleanup(p.stop)
 	p.start(t)
-	nodeDevices(ctx, t, f, 2, 2)
+	nodeDevices(ctx, t, f, e2eDevice, 2, 2)
 
 	pod := f.BusyboxPod(l.ns, "with-device", "sh", "-c", "echo $E2E_DEVICES > /e2e-dev/out; sleep 3600")
 	pod.Spec.NodeName = f.Env.NodeName
@@ -149,49 +151,76 @@ func TestDevicePlugin(t *testing.T) {
 
 	// The plugin restarts: capacity stays, allocatable comes back once it registers again.
 	p.stop()
-	nodeDevices(ctx, t, f, 2, 0)
+	nodeDevices(ctx, t, f, e2eDevice, 2, 0)
 	p.start(t)
-	nodeDevices(ctx, t, f, 2, 2)
+	nodeDevices(ctx, t, f, e2eDevice, 2, 2)
 
 	// nodelet restarts (and removes the plugin's socket, as upstream): the pod
 	// keeps running with its device; the plugin registers again.
 	before := l.wait(ctx, t, pod.Name, time.Second, "", func(*v1.Pod) bool { return true })
-	regSock := filepath.Join(p.dir, "kubelet.sock")
-	oldReg, err := os.Stat(regSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Restart()
-	// The node may still be Ready from before the restart: wait for the new nodelet's
-	// registration socket (it clears the directory first), as a plugin watching it does,
-	// before the plugin comes back.
-	err = framework.WaitFor(ctx, 2*time.Minute, "the restarted nodelet's registration socket", func(context.Context) (bool, error) {
-		fi, err := os.Stat(regSock)
-		return err == nil && !os.SameFile(fi, oldReg), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restartForRegistration(ctx, t, n)
 	f.WaitForNodeReady(ctx, 2*time.Minute)
 	p.stop()
 	p.start(t)
-	nodeDevices(ctx, t, f, 2, 2)
+	nodeDevices(ctx, t, f, e2eDevice, 2, 2)
 	after := l.wait(ctx, t, pod.Name, time.Minute, "still running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
 	if b, a := before.Status.ContainerStatuses[0], after.Status.ContainerStatuses[0]; b.ContainerID != a.ContainerID || a.RestartCount != 0 {
 		t.Errorf("container changed across the restart: %s -> %s (restarts %d)", b.ContainerID, a.ContainerID, a.RestartCount)
 	}
 
+	cs := podResourcesOf(ctx, t, podResourcesClient(t, n), l.ns, pod.Name).GetContainers()
+	if len(cs) != 1 || len(cs[0].Devices) != 1 || cs[0].Devices[0].ResourceName != e2eDevice || strings.Join(cs[0].Devices[0].DeviceIds, ",") != "dev-0" {
+		t.Errorf("pod resources: %v, want main with %s dev-0", cs, e2eDevice)
+	}
+}
+
+// podResourcesOf is the pod's entry in the pod resources API, once nodelet knows the pod:
+// right after a restart its pod sources may not have delivered the pod yet.
+func podResourcesOf(ctx context.Context, t *testing.T, pr podresourcesapi.PodResourcesListerClient, ns, pod string) *podresourcesapi.PodResources {
+	t.Helper()
+	var res *podresourcesapi.GetPodResourcesResponse
+	var lastErr error
+	err := framework.WaitFor(ctx, time.Minute, "pod "+pod+" in the pod resources API", func(ctx context.Context) (bool, error) {
+		res, lastErr = pr.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: pod, PodNamespace: ns})
+		return lastErr == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %v", err, lastErr)
+	}
+	return res.PodResources
+}
+
+// podResourcesClient is a client of n's pod resources socket, closed at cleanup.
+func podResourcesClient(t *testing.T, n *framework.Nodelet) podresourcesapi.PodResourcesListerClient {
+	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(n.RootDir, "pod-resources", "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	res, err := podresourcesapi.NewPodResourcesListerClient(conn).Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: l.ns})
-	if err != nil {
-		t.Fatalf("pod resources Get: %v", err)
+	t.Cleanup(func() { conn.Close() })
+	return podresourcesapi.NewPodResourcesListerClient(conn)
+}
+
+// restartForRegistration restarts nodelet and waits for the new process's device plugin
+// registration socket. The old process unlinks the socket as it stops (it closes the
+// listener), so the socket there after the start is the new one; comparing files instead
+// does not work, as the new socket may get the old one's inode. The node may still be Ready
+// from before the restart, so its condition says nothing here.
+func restartForRegistration(ctx context.Context, t *testing.T, n *framework.Nodelet) {
+	t.Helper()
+	regSock := filepath.Join(n.RootDir, "device-plugins", "kubelet.sock")
+	if err := n.Stop(); err != nil {
+		t.Fatalf("stopping nodelet: %v", err)
 	}
-	cs := res.PodResources.GetContainers()
-	if len(cs) != 1 || len(cs[0].Devices) != 1 || cs[0].Devices[0].ResourceName != e2eDevice || strings.Join(cs[0].Devices[0].DeviceIds, ",") != "dev-0" {
-		t.Errorf("pod resources: %v, want main with %s dev-0", cs, e2eDevice)
+	if _, err := os.Lstat(regSock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped nodelet left its registration socket %s (%v)", regSock, err)
+	}
+	n.Restart()
+	err := framework.WaitFor(ctx, 2*time.Minute, "the restarted nodelet's registration socket", func(context.Context) (bool, error) {
+		_, err := os.Lstat(regSock)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -54,15 +53,7 @@ type CSIDriver struct {
 	DataDir   string
 
 	f     *Framework
-	procs []*csiProc
-}
-
-type csiProc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	procs []*hostProc
 }
 
 // StartCSIDriver builds the test CSI driver (test/csidriver), starts it for node agent n
@@ -81,12 +72,7 @@ func (f *Framework) StartCSIDriver(n *Nodelet) *CSIDriver {
 	if len(regSock) > maxUnixSocketPath {
 		f.T.Fatalf("the registration socket %s is %d bytes, over the %d a unix socket path may have: shorten the test's name (it names the node agent's root dir)", regSock, len(regSock), maxUnixSocketPath)
 	}
-	binDir := f.Env.All["RIG_BIN_DIR"]
-	for _, b := range []string{"csi-provisioner", "csi-attacher"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			f.T.Fatalf("%s: %v (run test/rig/build-bins.sh)", b, err)
-		}
-	}
+	provisioner, attacher := f.RigBin("csi-provisioner"), f.RigBin("csi-attacher")
 	// Short, outside the root dir: the socket path must stay under maxUnixSocketPath.
 	dir, err := os.MkdirTemp("", "csi-")
 	if err != nil {
@@ -139,8 +125,8 @@ func (f *Framework) StartCSIDriver(n *Nodelet) *CSIDriver {
 		f.T.Fatalf("%v; driver log %s", err, filepath.Join(d.Dir, "csidriver.log"))
 	}
 	common := []string{"--csi-address=" + d.Endpoint, "--kubeconfig=" + f.Env.Kubeconfig, "--leader-election=false", "--timeout=30s", "--v=4"}
-	d.start("csi-provisioner", filepath.Join(binDir, "csi-provisioner"), append(common, "--extra-create-metadata")...)
-	d.start("csi-attacher", filepath.Join(binDir, "csi-attacher"), common...)
+	d.start("csi-provisioner", provisioner, append(common, "--extra-create-metadata")...)
+	d.start("csi-attacher", attacher, common...)
 	return d
 }
 
@@ -198,36 +184,18 @@ func ignoreNotFound(err error) error {
 // start runs one process of the driver's set, logging to Dir/<name>.log.
 func (d *CSIDriver) start(name, bin string, args ...string) {
 	d.f.T.Helper()
-	logPath := filepath.Join(d.Dir, name+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startHostProc(name, filepath.Join(d.Dir, name+".log"), exec.Command(bin, args...))
 	if err != nil {
-		d.f.T.Fatalf("opening %s: %v", logPath, err)
+		d.f.T.Fatal(err)
 	}
-	fmt.Fprintf(logf, "=== %s framework: starting %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		d.f.T.Fatalf("starting %s: %v", name, err)
-	}
-	p := &csiProc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		fmt.Fprintf(logf, "=== %s framework: exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), errOrOK(p.err))
-		logf.Close()
-		close(p.done)
-	}()
 	d.procs = append(d.procs, p)
 }
 
 // checkProcs is an error naming the first process that has exited.
 func (d *CSIDriver) checkProcs() error {
 	for _, p := range d.procs {
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited (%s); log %s", p.name, errOrOK(p.err), p.log)
-		default:
+		if err := p.exited(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -270,12 +238,8 @@ func (d *CSIDriver) cleanup() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range d.procs {
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			t.Logf("%s did not exit within 15s of SIGTERM; killing it", p.name)
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if p.wait(15 * time.Second) {
+			t.Logf("%s did not exit within 15s of SIGTERM; killed it", p.name)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

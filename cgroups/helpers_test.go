@@ -1,6 +1,10 @@
 package cgroups
 
 import (
+	"os"
+	"testing"
+
+	occgroups "github.com/opencontainers/cgroups"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,3 +29,11 @@ var (
 )
 
 var res = resourcetest.Requirements
+
+// TestMain lets opencontainers/cgroups open files of the temp-dir trees the tests
+// use: outside /sys/fs/cgroup it refuses any file not on a cgroup filesystem unless
+// its TestMode is on (which also creates missing interface files, as fake trees need).
+func TestMain(m *testing.M) {
+	occgroups.TestMode = true
+	os.Exit(m.Run())
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
+	cgroupsv1 "github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -50,6 +52,9 @@ type Manager struct {
 	opts ManagerOptions
 	// removeDir removes one empty cgroup directory; os.Remove on the real cgroupfs.
 	removeDir func(string) error
+	// mkdirAll creates a cgroup directory and its parents; os.MkdirAll on the real
+	// cgroupfs, where the kernel fills in the interface files.
+	mkdirAll func(string) error
 }
 
 // v1 hierarchies a cgroup is created in, when mounted (as runc's cgroupfs manager does).
@@ -79,7 +84,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	default:
 		return nil, fmt.Errorf("creating cgroup manager: cgroup driver %q is not supported", opts.Driver)
 	}
-	return &Manager{opts: opts, removeDir: os.Remove}, nil
+	return &Manager{opts: opts, removeDir: os.Remove, mkdirAll: func(dir string) error { return os.MkdirAll(dir, 0o755) }}, nil
 }
 
 func (m *Manager) periodMicros() int64 {
@@ -353,66 +358,120 @@ func Dirs(root string, mode Mode, fsPath string) []string {
 
 func (m *Manager) ensure(ctx context.Context, name CgroupName, rc ResourceConfig) error {
 	if m.opts.Driver == DriverSystemd {
-		// systemd creates the slice (and knows its limits); the files below then
-		// make the values exact and cover what systemd leaves alone (cpuset on v1).
+		// systemd creates the slice (and knows its limits); the library's fs/fs2
+		// managers then make the file values exact and cover what systemd leaves
+		// alone (cpuset on v1).
 		if err := m.ensureSlice(ctx, name, rc); err != nil {
 			return err
 		}
 	}
+	fsPath := m.FsPath(name)
+	res := libResources(rc, m.opts.Mode == ModeV2)
+	lib, err := m.libManager(fsPath, res)
+	if err != nil {
+		return err
+	}
 	if m.opts.Mode == ModeV2 {
+		// By hand: fs2's Apply (CreateCgroupPath) only works below /sys/fs/cgroup
+		// and enables every controller the root offers, nodelet only its own.
 		if err := m.enableControllers(name); err != nil {
 			return err
 		}
-	}
-	for _, dir := range m.paths(name) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		dir := filepath.Join(m.opts.Root, fsPath)
+		if err := m.mkdirAll(dir); err != nil {
 			return fmt.Errorf("creating cgroup %s: %w", dir, err)
 		}
-	}
-	if m.opts.Mode != ModeV2 && isDir(filepath.Join(m.opts.Root, "cpuset")) {
-		if err := m.initCpuset(name); err != nil {
-			return err
+	} else {
+		// Every mounted hierarchy, devices included: the library skips devices
+		// (SkipDevices, as the kubelet sets it) but the runtime nests there.
+		for _, dir := range m.paths(name) {
+			if err := m.mkdirAll(dir); err != nil {
+				return fmt.Errorf("creating cgroup %s: %w", dir, err)
+			}
+		}
+		// Apply(-1) creates the directories without moving a process, and on
+		// cpuset copies cpuset.cpus/mems down from the parent: a new v1 cpuset
+		// cgroup starts empty and no task could join it or its children.
+		if err := lib.Apply(-1); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w", fsPath, err)
 		}
 	}
-	if err := m.set(name, rc); err != nil {
-		return err
+	if err := lib.Set(res); err != nil {
+		return fmt.Errorf("setting the resources of cgroup %s: %w", fsPath, err)
 	}
-	klog.FromContext(ctx).V(4).Info("Ensured cgroup", "cgroup", m.FsPath(name), "mode", m.opts.Mode, "driver", m.opts.Driver)
+	klog.FromContext(ctx).V(4).Info("Ensured cgroup", "cgroup", fsPath, "mode", m.opts.Mode, "driver", m.opts.Driver)
 	return nil
 }
 
-// initCpuset copies cpuset.cpus/mems down from the first non-empty ancestor: a new
-// v1 cpuset cgroup starts empty and no task could join it or its children.
-func (m *Manager) initCpuset(name CgroupName) error {
-	base := filepath.Join(m.opts.Root, "cpuset")
-	for i := 1; i <= len(name); i++ {
-		dir := filepath.Join(base, m.FsPath(name[:i]))
-		parent := filepath.Dir(dir)
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			cur, err := os.ReadFile(filepath.Join(dir, f))
-			if err == nil && strings.TrimSpace(string(cur)) != "" {
-				continue
-			}
-			val, err := os.ReadFile(filepath.Join(parent, f))
-			if err != nil || strings.TrimSpace(string(val)) == "" {
-				continue // nothing to copy (a fake tree, or the parent is empty too)
-			}
-			if err := writeFile(dir, f, strings.TrimSpace(string(val))); err != nil {
-				return err
-			}
+// libManager is opencontainers/cgroups' manager of the cgroup at fsPath below the
+// manager's root, given its directories explicitly: the library's own discovery
+// reads /proc/self/mountinfo and /sys/fs/cgroup, which would miss a test tree.
+func (m *Manager) libManager(fsPath string, res *occgroups.Resources) (occgroups.Manager, error) {
+	cg := &occgroups.Cgroup{Path: fsPath, Resources: res}
+	if m.opts.Mode == ModeV2 {
+		mgr, err := fs2.NewManager(cg, filepath.Join(m.opts.Root, fsPath))
+		if err != nil {
+			return nil, fmt.Errorf("cgroup v2 manager for %s: %w", fsPath, err)
+		}
+		return mgr, nil
+	}
+	paths := map[string]string{}
+	for _, h := range v1Hierarchies {
+		if base := filepath.Join(m.opts.Root, h); isDir(base) {
+			paths[h] = filepath.Join(base, fsPath)
 		}
 	}
-	return nil
+	mgr, err := cgroupsv1.NewManager(cg, paths)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1 manager for %s: %w", fsPath, err)
+	}
+	return mgr, nil
+}
+
+// libResources is rc as the library's resources for a v1 (or hybrid) or a v2
+// layout. The library leaves a zero value alone, so "unlimited" (rc's 0 or less)
+// is its -1; quota and period go together or not at all. Devices and the freezer
+// are never touched, as the kubelet does for its QoS and pod cgroups.
+func libResources(rc ResourceConfig, v2 bool) *occgroups.Resources {
+	res := &occgroups.Resources{SkipDevices: true, SkipFreezeOnSet: true}
+	if rc.CPUShares != nil {
+		if v2 {
+			// The same conversion runc applies to containers' shares, so pod and
+			// container cgroups weigh alike.
+			res.CpuWeight = occgroups.ConvertCPUSharesToCgroupV2Value(*rc.CPUShares)
+		} else {
+			res.CpuShares = *rc.CPUShares
+		}
+	}
+	if rc.CPUQuota != nil && rc.CPUPeriod != nil {
+		res.CpuPeriod = *rc.CPUPeriod
+		res.CpuQuota = unlimitedAsMinusOne(*rc.CPUQuota)
+	}
+	if rc.Memory != nil {
+		res.Memory = unlimitedAsMinusOne(*rc.Memory)
+	}
+	if rc.PidsLimit != nil {
+		v := unlimitedAsMinusOne(*rc.PidsLimit)
+		res.PidsLimit = &v
+	}
+	return res
+}
+
+func unlimitedAsMinusOne(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 // enableControllers turns on nodelet's controllers in the subtree_control of every
 // ancestor of name, so the cgroup gets cpu.weight, memory.max and pids.max files.
 func (m *Manager) enableControllers(name CgroupName) error {
-	avail, err := os.ReadFile(filepath.Join(m.opts.Root, "cgroup.controllers"))
+	avail, err := occgroups.ReadFile(m.opts.Root, "cgroup.controllers")
 	if err != nil {
 		return fmt.Errorf("reading available cgroup controllers: %w", err)
 	}
-	have := strings.Fields(string(avail))
+	have := strings.Fields(avail)
 	var want []string
 	for _, c := range v2Controllers {
 		if slices.Contains(have, c) {
@@ -425,7 +484,7 @@ func (m *Manager) enableControllers(name CgroupName) error {
 	for i := 0; i < len(name); i++ {
 		dir := filepath.Join(m.opts.Root, m.FsPath(name[:i]))
 		if i > 0 {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := m.mkdirAll(dir); err != nil {
 				return fmt.Errorf("creating cgroup %s: %w", dir, err)
 			}
 		}
@@ -454,87 +513,25 @@ func (m *Manager) update(ctx context.Context, name CgroupName, rc ResourceConfig
 // set writes rc into the cgroup's files for the host's layout.
 func (m *Manager) set(name CgroupName, rc ResourceConfig) error { return m.setPath(m.FsPath(name), rc) }
 
-// setPath writes rc into the files of the cgroup at fsPath (see FsPath).
+// setPath writes rc into the files of the existing cgroup at fsPath (see FsPath)
+// through the library's manager.
 func (m *Manager) setPath(fsPath string, rc ResourceConfig) error {
-	if m.opts.Mode == ModeV2 {
-		dir := filepath.Join(m.opts.Root, fsPath)
-		if rc.CPUShares != nil {
-			if err := writeFile(dir, "cpu.weight", strconv.FormatUint(occgroups.ConvertCPUSharesToCgroupV2Value(*rc.CPUShares), 10)); err != nil {
-				return err
-			}
-		}
-		if rc.CPUQuota != nil && rc.CPUPeriod != nil {
-			quota := "max"
-			if *rc.CPUQuota > 0 {
-				quota = strconv.FormatInt(*rc.CPUQuota, 10)
-			}
-			if err := writeFile(dir, "cpu.max", quota+" "+strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
-				return err
-			}
-		}
-		if rc.Memory != nil {
-			if err := writeFile(dir, "memory.max", limitString(*rc.Memory)); err != nil {
-				return err
-			}
-		}
-		if rc.PidsLimit != nil {
-			if err := writeFile(dir, "pids.max", limitString(*rc.PidsLimit)); err != nil {
-				return err
-			}
-		}
-		return nil
+	res := libResources(rc, m.opts.Mode == ModeV2)
+	lib, err := m.libManager(fsPath, res)
+	if err != nil {
+		return err
 	}
-	cg := fsPath
-	cpu := filepath.Join(m.opts.Root, "cpu", cg)
-	if rc.CPUShares != nil {
-		if err := writeFile(cpu, "cpu.shares", strconv.FormatUint(*rc.CPUShares, 10)); err != nil {
-			return err
-		}
-	}
-	if rc.CPUQuota != nil && rc.CPUPeriod != nil {
-		// Period first: the kernel checks the quota against the current period.
-		if err := writeFile(cpu, "cpu.cfs_period_us", strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
-			return err
-		}
-		quota := *rc.CPUQuota
-		if quota <= 0 {
-			quota = -1
-		}
-		if err := writeFile(cpu, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
-			return err
-		}
-	}
-	if rc.Memory != nil {
-		v := *rc.Memory
-		if v <= 0 {
-			v = -1
-		}
-		if err := writeFile(filepath.Join(m.opts.Root, "memory", cg), "memory.limit_in_bytes", strconv.FormatInt(v, 10)); err != nil {
-			return err
-		}
-	}
-	if rc.PidsLimit != nil {
-		if err := writeFile(filepath.Join(m.opts.Root, "pids", cg), "pids.max", limitString(*rc.PidsLimit)); err != nil {
-			return err
-		}
+	if err := lib.Set(res); err != nil {
+		return fmt.Errorf("setting the resources of cgroup %s: %w", fsPath, err)
 	}
 	return nil
 }
 
-func limitString(v int64) string {
-	if v <= 0 {
-		return "max"
-	}
-	return strconv.FormatInt(v, 10)
-}
-
-// writeFile writes one cgroup interface file. It creates missing files, which the
-// kernel never needs but fake trees in tests do; on cgroupfs a missing interface
-// file cannot be created and the error names it.
+// writeFile writes one cgroup interface file the library has no setting for,
+// through its opener (openat2 confined below /sys/fs/cgroup).
 func writeFile(dir, file, value string) error {
-	p := filepath.Join(dir, file)
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("writing %q to %s: %w", value, p, err)
+	if err := occgroups.WriteFile(dir, file, value); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, filepath.Join(dir, file), err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/cgroupfstest"
 )
 
 // fakeV1 builds a hybrid-shaped tree: v1 hierarchies plus an empty cgroup2 at unified.
@@ -70,6 +72,7 @@ func newTestManager(t *testing.T, root string, enforce []string) *Manager {
 		t.Fatal(err)
 	}
 	m.removeDir = cgroupfsRmdir
+	m.mkdirAll = cgroupfstest.MkdirAll
 	return m
 }
 
@@ -451,7 +454,7 @@ func TestEnforceReservedCgroup(t *testing.T) {
 				t.Fatal("missing cgroup: want error")
 			}
 			for _, d := range m.paths(CgroupName{"system.slice"}) {
-				if err := os.MkdirAll(d, 0o755); err != nil {
+				if err := cgroupfstest.MkdirAll(d); err != nil {
 					t.Fatal(err)
 				}
 			}

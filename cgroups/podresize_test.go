@@ -104,3 +104,40 @@ func TestPodCgroupConfigUnlimited(t *testing.T) {
 		t.Error("a malformed cpu.max was accepted")
 	}
 }
+
+// Lifting limits writes each layout's "unlimited": -1 on v1, max on v2.
+func TestSetPodCgroupConfigUnlimited(t *testing.T) {
+	ctx := context.Background()
+	none, noPids, noQuota, period := int64(0), int64(-1), int64(-1), uint64(100000)
+	unlimited := ResourceConfig{Memory: &none, PidsLimit: &noPids, CPUQuota: &noQuota, CPUPeriod: &period}
+	for _, tt := range []struct {
+		v2   bool
+		want fileWant
+	}{
+		{false, fileWant{
+			"memory/kubepods/podu/memory.limit_in_bytes": "-1",
+			"pids/kubepods/podu/pids.max":                "max",
+			"cpu/kubepods/podu/cpu.cfs_quota_us":         "-1",
+			"cpu/kubepods/podu/cpu.cfs_period_us":        "100000",
+		}},
+		{true, fileWant{
+			"kubepods/podu/memory.max": "max",
+			"kubepods/podu/pids.max":   "max",
+			"kubepods/podu/cpu.max":    "max 100000",
+		}},
+	} {
+		root := fakeV1(t)
+		if tt.v2 {
+			root = fakeV2(t)
+		}
+		m := newTestManager(t, root, nil)
+		pod := podWith("u", guaranteedRes)
+		if err := m.EnsurePodCgroup(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetPodCgroupConfig(ctx, pod, unlimited); err != nil {
+			t.Fatalf("v2=%v: %v", tt.v2, err)
+		}
+		checkFiles(t, root, tt.want)
+	}
+}

@@ -3,9 +3,11 @@ package cgroups
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	occgroups "github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -317,5 +319,44 @@ func TestSelfCgroupV2(t *testing.T) {
 		if got := SelfCgroupV2(in); got != want {
 			t.Errorf("SelfCgroupV2(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestLibResources(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	base := occgroups.Resources{SkipDevices: true, SkipFreezeOnSet: true}
+	with := func(f func(r *occgroups.Resources)) occgroups.Resources {
+		r := base
+		f(&r)
+		return r
+	}
+	tests := []struct {
+		name string
+		rc   ResourceConfig
+		v2   bool
+		want occgroups.Resources
+	}{
+		{"nothing set leaves everything alone", ResourceConfig{}, false, base},
+		{"v1 shares", ResourceConfig{CPUShares: u(1536)}, false, with(func(r *occgroups.Resources) { r.CpuShares = 1536 })},
+		{"v2 shares become runc's weight", ResourceConfig{CPUShares: u(1536)}, true, with(func(r *occgroups.Resources) { r.CpuWeight = 138 })},
+		{"v2 minimum shares", ResourceConfig{CPUShares: u(2)}, true, with(func(r *occgroups.Resources) { r.CpuWeight = 1 })},
+		{"quota with period", ResourceConfig{CPUQuota: i(150000), CPUPeriod: u(100000)}, false,
+			with(func(r *occgroups.Resources) { r.CpuQuota, r.CpuPeriod = 150000, 100000 })},
+		{"no quota is -1", ResourceConfig{CPUQuota: i(-1), CPUPeriod: u(50000)}, true,
+			with(func(r *occgroups.Resources) { r.CpuQuota, r.CpuPeriod = -1, 50000 })},
+		{"quota without period is not written", ResourceConfig{CPUQuota: i(1000)}, false, base},
+		{"memory", ResourceConfig{Memory: i(1 << 30)}, false, with(func(r *occgroups.Resources) { r.Memory = 1 << 30 })},
+		{"unlimited memory is -1", ResourceConfig{Memory: i(0)}, true, with(func(r *occgroups.Resources) { r.Memory = -1 })},
+		{"pids", ResourceConfig{PidsLimit: i(1024)}, false, with(func(r *occgroups.Resources) { r.PidsLimit = i(1024) })},
+		{"unlimited pids is -1", ResourceConfig{PidsLimit: i(0)}, true, with(func(r *occgroups.Resources) { r.PidsLimit = i(-1) })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := libResources(tt.rc, tt.v2)
+			if !reflect.DeepEqual(*got, tt.want) {
+				t.Errorf("libResources = %+v, want %+v", *got, tt.want)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/internal/cgroupfstest"
 	"github.com/nodelet/nodelet/internal/dbustest"
 )
 
@@ -79,7 +80,7 @@ func (f *fakeUnits) StartTransientUnitContext(_ context.Context, name, mode stri
 	}
 	f.units[name] = u
 	for _, d := range f.dirs(name) {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := cgroupfstest.MkdirAll(d); err != nil {
 			return 0, err
 		}
 	}
@@ -175,6 +176,7 @@ func newSystemdTestManager(t *testing.T, root string, units SystemdUnits, enforc
 		t.Fatal(err)
 	}
 	m.removeDir = cgroupfsRmdir
+	m.mkdirAll = cgroupfstest.MkdirAll
 	return m
 }
 

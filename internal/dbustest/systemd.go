@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/nodelet/nodelet/internal/cgroupfstest"
 )
 
 // SystemdOptions configure the fake systemd.
@@ -365,7 +367,7 @@ func (s *Systemd) makeDirs(unit string) error {
 		return err
 	}
 	for _, h := range hs {
-		if err := os.MkdirAll(filepath.Join(h, p), 0o755); err != nil {
+		if err := cgroupfstest.MkdirAll(filepath.Join(h, p)); err != nil {
 			return fmt.Errorf("creating the cgroup of %s: %w", unit, err)
 		}
 	}

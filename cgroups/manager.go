@@ -41,13 +41,11 @@ type ManagerOptions struct {
 	CPUCFSQuotaPeriod time.Duration
 }
 
-// Manager creates and removes the QoS and pod cgroups. With the cgroupfs driver it
-// makes the directories and writes the cgroup files itself; with the systemd driver
-// the cgroups are slices that systemd creates (see systemd.go), and the manager then
-// writes the same files into them. (opencontainers/cgroups' managers hard-code
-// /sys/fs/cgroup and find v1 mounts through /proc/self/mountinfo, and only work on
-// a fake tree with their package-global TestMode switch; nodelet uses the library
-// for the shares→weight conversion, so pod cgroups weigh like runc's containers.)
+// Manager creates and removes the QoS and pod cgroups. It sets their resources
+// through opencontainers/cgroups' fs (v1) and fs2 (v2) managers, given explicit
+// directories below Root; with the systemd driver the cgroups are slices that
+// systemd creates first (see systemd.go). doc.go lists what is still written by
+// hand and why.
 type Manager struct {
 	opts ManagerOptions
 	// removeDir removes one empty cgroup directory; os.Remove on the real cgroupfs.

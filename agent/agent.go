@@ -38,6 +38,7 @@ import (
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/csi"
 	"github.com/nodelet/nodelet/devicemanager"
+	"github.com/nodelet/nodelet/dra"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	"github.com/nodelet/nodelet/memorymanager"
@@ -398,7 +399,16 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// server, each is published in the Node and its CSINode, and its volumes
 	// are staged and published for pods (attached by the attach/detach
 	// controller, never by nodelet).
-	csiDrivers, err := csi.New(ctx, opts.RootDir, csi.WithKubeClient(client, nodeName))
+	// DRA drivers register in the same directory (type DRAPlugin); their
+	// claims are prepared before a pod's sandbox and unprepared once its
+	// containers stopped, and their CDI devices reach the containers.
+	draPlugins := dra.NewPlugins()
+	a.addCloser("DRA driver connections", func() error { draPlugins.Close(); return nil })
+	draMgr, err := dra.New(opts.RootDir, client, draPlugins)
+	if err != nil {
+		return nil, fmt.Errorf("setting up dynamic resource allocation: %w", err)
+	}
+	csiDrivers, err := csi.New(ctx, opts.RootDir, csi.WithKubeClient(client, nodeName), csi.WithPluginHandler(dra.PluginType, draPlugins))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the CSI plugin registry: %w", err)
 	}
@@ -525,7 +535,8 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		PodResize:           podResize,
 		CPUs:                cpus,
 		Memory:              memory,
-		Devices:             devices,
+		Devices:             containerDevices{devices, draMgr},
+		DynamicResources:    draMgr,
 	}, rt, rt, vols, envSrc, nodeFacts, recorder, clk)
 
 	sysctls, err := sysctlAllowlist(kc, nodeCtl.MachineInfo().KernelVersion)
@@ -543,16 +554,17 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		PodCgroups: cgroupCleaner,
 		Probes:     probes.mgr,
 		// Upstream's order: the eviction manager's handler first, node shutdown's last.
-		Admitters:       []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
-		AdmittersAfter:  []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
-		Sysctls:         sysctls,
-		Objects:         objects,
-		AppArmorEnabled: appArmor,
-		Allocations:     allocations,
-		Actuated:        actuated,
-		EventsInUse:     eventsInUse(epleg),
-		Resources:       resourceAllocator{topology: topology, memory: memory, devices: devices},
-		TracerProvider:  tracer,
+		Admitters:        []func(*v1.Pod) *syncloop.Rejection{pressure.admit},
+		AdmittersAfter:   []func(*v1.Pod) *syncloop.Rejection{shuttingDown.admit},
+		Sysctls:          sysctls,
+		Objects:          objects,
+		AppArmorEnabled:  appArmor,
+		Allocations:      allocations,
+		Actuated:         actuated,
+		EventsInUse:      eventsInUse(epleg),
+		Resources:        resourceAllocator{topology: topology, memory: memory, devices: devices},
+		TracerProvider:   tracer,
+		DynamicResources: draMgr,
 	})
 	a.synced = loop.Synced()
 

@@ -6,12 +6,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/devicemanager"
 	"github.com/nodelet/nodelet/memorymanager"
+	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -72,4 +74,17 @@ func containerMemory(blocks []memorymanager.Block) []*podresourcesapi.ContainerM
 		out = append(out, &podresourcesapi.ContainerMemory{MemoryType: string(b.Type), Size: b.Size, Topology: topo})
 	}
 	return out
+}
+
+// containerDevices puts both the device plugins' and the DRA drivers'
+// devices into a container's config, device plugins first as upstream.
+type containerDevices []podruntime.Devices
+
+func (c containerDevices) ApplyDevices(ctx context.Context, pod *v1.Pod, ctr *v1.Container, cfg *runtimeapi.ContainerConfig) error {
+	for _, d := range c {
+		if err := d.ApplyDevices(ctx, pod, ctr, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
 }

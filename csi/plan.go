@@ -18,12 +18,15 @@ type fileID struct {
 
 // sockState is what the registry knows of one registration socket.
 type sockState struct {
-	id       fileID
-	busy     bool   // a registration is running for it
-	driver   string // the driver registered from it, "" if none
-	settled  bool   // registered, or refused until the socket changes
-	failures int    // consecutive failed registrations, for the backoff
-	retryAt  time.Time
+	id     fileID
+	busy   bool   // a registration is running for it
+	driver string // the driver registered from it, "" if none
+	// pluginType and endpoint of the registered plugin: a plugin of a type
+	// other than CSIPlugin is deregistered through its handler.
+	pluginType, endpoint string
+	settled              bool // registered, or refused until the socket changes
+	failures             int  // consecutive failed registrations, for the backoff
+	retryAt              time.Time
 	// gone: the registration server this socket's driver registered
 	// through closed its connection (set by the scan, not stored).
 	gone bool

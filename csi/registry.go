@@ -59,6 +59,18 @@ type Registry struct {
 	// restarted plugin closes them even when its new socket cannot be
 	// told from the old one by the file alone.
 	regConns map[string]*grpc.ClientConn
+	// handlers take the plugins of other types (DRAPlugin) registering in
+	// the same directory, as upstream's plugin watcher dispatches by type.
+	handlers map[string]PluginHandler
+}
+
+// PluginHandler registers the plugins of one type other than CSIPlugin,
+// upstream's plugin watcher handler: Validate decides, Register connects,
+// Deregister is called once the registration socket goes away.
+type PluginHandler interface {
+	ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error
+	RegisterPlugin(ctx context.Context, name, endpoint string, versions []string) error
+	DeRegisterPlugin(ctx context.Context, name, endpoint string)
 }
 
 // driver is a registered (or registering: !ready) CSI driver.
@@ -102,6 +114,18 @@ func WithKubeClient(client kubernetes.Interface, nodeName string) Option {
 	}
 }
 
+// WithPluginHandler hands the plugins registering with pluginType (e.g.
+// "DRAPlugin") to h instead of refusing them.
+func WithPluginHandler(pluginType string, h PluginHandler) Option {
+	return func(r *Registry) error {
+		if pluginType == registerapi.CSIPlugin {
+			return errors.New("CSI plugins are registered by the registry itself")
+		}
+		r.handlers[pluginType] = h
+		return nil
+	}
+}
+
 // WithClock sets the clock of the scans and retry delays.
 func WithClock(c clock.WithTicker) Option {
 	return func(r *Registry) error { r.clock = c; return nil }
@@ -128,6 +152,7 @@ func New(ctx context.Context, rootDir string, opts ...Option) (*Registry, error)
 		drivers:      map[string]*driver{},
 		sockets:      map[string]sockState{},
 		regConns:     map[string]*grpc.ClientConn{},
+		handlers:     map[string]PluginHandler{},
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {
@@ -290,14 +315,15 @@ func findSockets(dir string) (map[string]fileID, error) {
 
 // registerSocket runs one registration of a socket and records its outcome.
 func (r *Registry) registerSocket(ctx context.Context, socket string) {
-	name, regConn, permanent, err := r.register(ctx, socket)
+	reg, regConn, permanent, err := r.register(ctx, socket)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.sockets[socket]
 	st.busy = false
 	switch {
 	case err == nil:
-		st.settled, st.driver, st.failures = true, name, 0
+		st.settled, st.driver, st.failures = true, reg.name, 0
+		st.pluginType, st.endpoint = reg.pluginType, reg.endpoint
 		r.regConns[socket] = regConn
 	case permanent:
 		st.settled = true
@@ -314,31 +340,39 @@ func (r *Registry) registerSocket(ctx context.Context, socket string) {
 // the outcome. permanent failures (wrong type, bad versions) wait for the
 // socket to change; the others are retried. On success the connection to
 // the registration server is returned open.
-func (r *Registry) register(ctx context.Context, socket string) (name string, regConn *grpc.ClientConn, permanent bool, err error) {
+func (r *Registry) register(ctx context.Context, socket string) (_ registered, regConn *grpc.ClientConn, permanent bool, err error) {
 	// Never idle: an idle channel drops its connection, which would read as
 	// the server going away.
 	conn, err := dialUnix(socket, grpc.WithIdleTimeout(0))
 	if err != nil {
-		return "", nil, false, fmt.Errorf("RegisterPlugin error -- dial failed at socket %s, err: %w", socket, err)
+		return registered{}, nil, false, fmt.Errorf("RegisterPlugin error -- dial failed at socket %s, err: %w", socket, err)
 	}
 	defer func() {
 		if err != nil {
 			conn.Close()
 		}
 	}()
-	reg := registerapi.NewRegistrationClient(conn)
+	rc := registerapi.NewRegistrationClient(conn)
 	infoCtx, cancel := context.WithTimeout(ctx, getInfoTimeout)
-	info, err := reg.GetInfo(infoCtx, &registerapi.InfoRequest{})
+	info, err := rc.GetInfo(infoCtx, &registerapi.InfoRequest{})
 	cancel()
 	if err != nil {
-		return "", nil, false, fmt.Errorf("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket %s, err: %w", socket, err)
+		return registered{}, nil, false, fmt.Errorf("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket %s, err: %w", socket, err)
 	}
+	if h, ok := r.handlers[info.GetType()]; ok {
+		permanent, err := r.registerOther(ctx, h, rc, info, socket)
+		if err != nil {
+			return registered{}, nil, permanent, err
+		}
+		return registered{name: info.GetName(), pluginType: info.GetType(), endpoint: info.GetEndpoint()}, conn, false, nil
+	}
+	reg := rc
 
 	p, d, err := r.reserve(info, socket)
 	if err != nil {
 		klog.InfoS("Refused plugin registration", "socket", socket, "type", info.GetType(), "name", info.GetName(), "err", err)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", nil, true, err
+		return registered{}, nil, true, err
 	}
 	klog.InfoS("Registering CSI driver", "driver", p.name, "endpoint", p.endpoint, "versions", info.SupportedVersions, "socket", socket)
 
@@ -358,7 +392,7 @@ func (r *Registry) register(ctx context.Context, socket string) (name string, re
 		}
 		err = fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: %w", err)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", nil, false, err
+		return registered{}, nil, false, err
 	}
 
 	r.mu.Lock()
@@ -372,12 +406,38 @@ func (r *Registry) register(ctx context.Context, socket string) (name string, re
 		dconn.Close()
 		err := fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: CSI driver %s was replaced by a higher version registering meanwhile", p.name)
 		r.notify(ctx, reg, socket, false, err.Error())
-		return "", nil, true, err
+		return registered{}, nil, true, err
 	}
 	klog.InfoS("Registered CSI driver", "driver", p.name, "endpoint", p.endpoint, "version", p.version, "nodeID", ni.nodeID,
 		"maxVolumesPerNode", ni.maxVolumes, "topology", ni.topology, "socket", socket)
 	r.notify(ctx, reg, socket, true, "")
-	return p.name, conn, false, nil
+	return registered{name: p.name, pluginType: registerapi.CSIPlugin, endpoint: p.endpoint}, conn, false, nil
+}
+
+// registered is what a successful registration of a socket registered.
+type registered struct {
+	name, pluginType, endpoint string
+}
+
+// registerOther hands a plugin of another type to its handler, upstream's
+// order: validate (a refusal waits for the socket to change), register
+// (retried on failure), then the plugin is told the outcome.
+func (r *Registry) registerOther(ctx context.Context, h PluginHandler, rc registerapi.RegistrationClient, info *registerapi.PluginInfo, socket string) (permanent bool, err error) {
+	name, endpoint, versions := info.GetName(), info.GetEndpoint(), info.GetSupportedVersions()
+	if err := h.ValidatePlugin(ctx, name, endpoint, versions); err != nil {
+		err = fmt.Errorf("RegisterPlugin error -- plugin validation failed with err: %w", err)
+		klog.InfoS("Refused plugin registration", "socket", socket, "type", info.GetType(), "name", name, "err", err)
+		r.notify(ctx, rc, socket, false, err.Error())
+		return true, err
+	}
+	if err := h.RegisterPlugin(ctx, name, endpoint, versions); err != nil {
+		err = fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: %w", err)
+		r.notify(ctx, rc, socket, false, err.Error())
+		return false, err
+	}
+	klog.InfoS("Registered plugin", "type", info.GetType(), "name", name, "endpoint", endpoint, "versions", versions, "socket", socket)
+	r.notify(ctx, rc, socket, true, "")
+	return false, nil
 }
 
 // reserve checks the plugin's info and, when it can register, enters its
@@ -466,6 +526,12 @@ func (r *Registry) dropSocket(ctx context.Context, socket string) {
 	if c := r.regConns[socket]; c != nil {
 		c.Close()
 		delete(r.regConns, socket)
+	}
+	if h, ok := r.handlers[st.pluginType]; ok && st.driver != "" {
+		r.mu.Unlock()
+		h.DeRegisterPlugin(ctx, st.driver, st.endpoint)
+		klog.InfoS("Deregistered plugin", "type", st.pluginType, "name", st.driver, "endpoint", st.endpoint, "socket", socket)
+		return
 	}
 	d := r.drivers[st.driver]
 	if d != nil && d.socket == socket {

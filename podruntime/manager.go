@@ -149,6 +149,14 @@ type Config struct {
 	// Devices, when set, adds the devices allocated to a container (device
 	// plugins) to its config.
 	Devices Devices
+	// DynamicResources, when set, prepares a pod's ResourceClaims (the DRA
+	// manager) before its sandbox is created.
+	DynamicResources DynamicResources
+}
+
+// DynamicResources prepares the ResourceClaims of a pod (dra.Manager).
+type DynamicResources interface {
+	PrepareResources(ctx context.Context, pod *v1.Pod) error
 }
 
 // CPUAffinity is the CPU manager as container creation needs it.
@@ -407,6 +415,15 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	}
 	if acts.CreateSandbox {
 		attempt = acts.Attempt
+	}
+	if acts.CreateSandbox && m.cfg.DynamicResources != nil {
+		// As upstream: the claims are prepared before the sandbox, and a pod
+		// whose claims cannot be prepared waits with this event.
+		if err := m.cfg.DynamicResources.PrepareResources(ctx, pod); err != nil {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
+			logger.Error(err, "Failed to prepare dynamic resources")
+			return res, err
+		}
 	}
 	handler, sbCfg, err := m.podSandboxConfig(ctx, pod, attempt)
 	if err != nil {

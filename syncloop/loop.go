@@ -121,6 +121,11 @@ type Config struct {
 	RuntimeName        string // prefixes container IDs in status
 }
 
+// DynamicResources ends a pod's use of its ResourceClaims (dra.Manager).
+type DynamicResources interface {
+	UnprepareResources(ctx context.Context, pod *v1.Pod) error
+}
+
 // Deps are the loop's collaborators.
 type Deps struct {
 	Runtime    Runtime
@@ -168,6 +173,9 @@ type Deps struct {
 	// Resources, when set, allocates a pod's CPUs and devices at admission
 	// (the topology manager over the CPU and device managers).
 	Resources ResourceAllocator
+	// DynamicResources, when set, unprepares a terminated pod's
+	// ResourceClaims (the DRA manager).
+	DynamicResources DynamicResources
 	// TracerProvider, when set, traces each pod operation (span "syncPod",
 	// "syncTerminatingPod" or "syncTerminatedPod", as upstream); the
 	// runtime's calls made under it are its children. Nil traces nothing.

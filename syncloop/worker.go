@@ -252,6 +252,16 @@ func (l *Loop) runKill(ctx context.Context, w *worker, grace int64) opResult {
 	if anyRunning(st) {
 		return opResult{Op: opKill, Running: true}
 	}
+	// As upstream: claims are unprepared once nothing runs and before the
+	// final status, so the claim is not deallocated under a running container.
+	if dr := l.deps.DynamicResources; dr != nil {
+		if err := dr.UnprepareResources(ctx, pod); err != nil {
+			// Upstream has no event for it: the error fails the termination,
+			// which is retried.
+			logger.Error(err, "Failed to unprepare dynamic resources, will retry")
+			return opResult{Op: opKill, Err: err}
+		}
+	}
 	// A node-level kill that came while this one ran brings its status function.
 	u, rec = l.snapshot(w)
 	statusFn := u.statusFn

@@ -447,7 +447,7 @@ fi
 # The second runtime handler, runc-test (RuntimeClass and user namespace tests), runs a runc
 # with idmapped mounts (Debian's 1.1.5 has none).
 RUNC_TEST=$(bash "$HERE/build-runc.sh" | tail -1)/runc
-mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam"
+mkdir -p "$CD/root" "$CD/state" "$CD/opt" "$CD/certs.d" "$CNI_CONF_DIR" "$RIG_DIR/cni/ipam" "$RIG_DIR/cdi"
 if alive containerd && ! tr '\0' ' ' <"/proc/$(cat "$RUN/containerd.pid")/cmdline" | grep -qF -- "--config $CD/config.toml"; then
 	die "the running containerd is not the $RIG_RUNTIME one: switching runtimes needs up.sh --fresh"
 fi
@@ -497,6 +497,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     max_container_log_line_size = 16384
     # Sandbox network namespaces under the rig's state dir, not /var/run/netns.
     netns_mounts_under_state_dir = true
+    # CDI (containerd 2's default) with the rig's own spec directory, not /etc/cdi and
+    # /var/run/cdi: the DRA e2e test writes its device's spec there.
+    enable_cdi = true
+    cdi_spec_dirs = ["$RIG_DIR/cdi"]
 
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = "runc"
@@ -750,6 +754,7 @@ CTR=$BIN/ctr
 RIGCRI=$BIN/rigcri
 NODELET_ROOT_BASE=$RIG_DIR/nodelet
 LOGS_DIR=$LOGS
+CDI_SPEC_DIR=$([[ $RIG_RUNTIME == containerd2 ]] && echo "$RIG_DIR/cdi")
 EOF
 mv "$RIG_DIR/rig.env.tmp" "$RIG_DIR/rig.env"
 log "rig is up; env in $RIG_DIR/rig.env"

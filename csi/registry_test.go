@@ -3,9 +3,11 @@ package csi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,14 +150,14 @@ func (p *fakePlugin) status(t *testing.T) *registerapi.RegistrationStatus {
 
 // startRegistry runs a registry on a new root (short: sun_path is 108
 // bytes) until the test ends, then checks Run joined its goroutines.
-func startRegistry(t *testing.T, client kubernetes.Interface) (string, *Registry) {
+func startRegistry(t *testing.T, client kubernetes.Interface, extra ...Option) (string, *Registry) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	var opts []Option
+	opts := extra
 	if client != nil {
 		opts = append(opts, WithKubeClient(client, "n1"))
 	}
@@ -422,4 +424,80 @@ func TestNewNeedsNodeNameWithClient(t *testing.T) {
 	if _, err := New(context.Background(), t.TempDir(), WithKubeClient(fake.NewClientset(), "")); err == nil {
 		t.Error("a client without a node name was accepted")
 	}
+}
+
+// recordingHandler is a PluginHandler of another plugin type that records
+// its calls.
+type recordingHandler struct {
+	refuse error
+	mu     sync.Mutex
+	calls  []string
+}
+
+func (h *recordingHandler) record(c string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, c)
+}
+
+func (h *recordingHandler) get() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.calls...)
+}
+
+func (h *recordingHandler) ValidatePlugin(_ context.Context, name, endpoint string, versions []string) error {
+	h.record(fmt.Sprintf("validate %s %s %v", name, filepath.Base(endpoint), versions))
+	return h.refuse
+}
+
+func (h *recordingHandler) RegisterPlugin(_ context.Context, name, endpoint string, versions []string) error {
+	h.record(fmt.Sprintf("register %s %s %v", name, filepath.Base(endpoint), versions))
+	return nil
+}
+
+func (h *recordingHandler) DeRegisterPlugin(_ context.Context, name, endpoint string) {
+	h.record(fmt.Sprintf("deregister %s %s", name, filepath.Base(endpoint)))
+}
+
+func TestRegistryDispatchesByPluginType(t *testing.T) {
+	draInfo := func(p *fakePlugin) {
+		p.info.Type = registerapi.DRAPlugin
+		p.info.SupportedVersions = []string{"v1.DRAPlugin"}
+	}
+	t.Run("registered, then deregistered when its socket goes", func(t *testing.T) {
+		h := &recordingHandler{}
+		root, r := startRegistry(t, nil, WithPluginHandler(registerapi.DRAPlugin, h))
+		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
+		p.wantRegistered(t)
+		want := []string{"validate gpu.example.com csi.sock [v1.DRAPlugin]", "register gpu.example.com csi.sock [v1.DRAPlugin]"}
+		if got := h.get(); !slices.Equal(got, want) {
+			t.Fatalf("handler calls = %q, want %q", got, want)
+		}
+		if len(r.Drivers()) != 0 {
+			t.Errorf("a DRA plugin became a CSI driver: %v", r.Drivers())
+		}
+		p.stop()
+		want = append(want, "deregister gpu.example.com csi.sock")
+		eventually.True(t, "deregistered", func() bool { return slices.Equal(h.get(), want) })
+	})
+	t.Run("refused by its handler", func(t *testing.T) {
+		h := &recordingHandler{refuse: errors.New("no v1")}
+		root, _ := startRegistry(t, nil, WithPluginHandler(registerapi.DRAPlugin, h))
+		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
+		s := p.status(t)
+		if s.PluginRegistered || s.Error != "RegisterPlugin error -- plugin validation failed with err: no v1" {
+			t.Fatalf("status = %+v, want refused with the handler's error", s)
+		}
+		p.stop()
+		time.Sleep(50 * time.Millisecond) // five scans: a refused plugin is never deregistered
+		if got := h.get(); len(got) != 1 {
+			t.Fatalf("handler calls = %q, want the validation only", got)
+		}
+	})
+	t.Run("CSI stays the registry's own", func(t *testing.T) {
+		if _, err := New(context.Background(), t.TempDir(), WithPluginHandler(registerapi.CSIPlugin, &recordingHandler{})); err == nil {
+			t.Fatal("a handler for CSIPlugin was accepted")
+		}
+	})
 }

@@ -149,3 +149,48 @@ func TestDevicePluginAllocationInContainerConfig(t *testing.T) {
 		t.Errorf("waiting %+v; want CreateContainerConfigError", res.Waiting["app"])
 	}
 }
+
+// fakeDynamicResources fails preparation until err is cleared, counting calls.
+type fakeDynamicResources struct {
+	err   error
+	calls int
+}
+
+func (f *fakeDynamicResources) PrepareResources(context.Context, *v1.Pod) error {
+	f.calls++
+	return f.err
+}
+
+// A pod's ResourceClaims are prepared before its sandbox; a preparation that
+// fails leaves the pod without a sandbox, with upstream's event, and the
+// next sync prepares again and runs it. A sync that creates no sandbox does
+// not prepare.
+func TestDynamicResourcesPreparedBeforeSandbox(t *testing.T) {
+	ctx := context.Background()
+	pod := syncPod("claims", v1.RestartPolicyAlways, nil, "app")
+	r := newSyncRig(t)
+	dr := &fakeDynamicResources{err: errors.New("prepare dynamic resources: DRA driver gpu.example.com is not registered")}
+	m, rec := r.managerWithConfig(Config{DynamicResources: dr})
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("SyncPod succeeded with the claims unprepared")
+	}
+	if ev := <-rec.Events; ev != "Warning FailedPrepareDynamicResources Failed to prepare dynamic resources: prepare dynamic resources: DRA driver gpu.example.com is not registered" {
+		t.Errorf("event %q", ev)
+	}
+	if n := len(r.status(pod).Sandboxes); n != 0 {
+		t.Fatalf("%d sandboxes created for a pod whose claims are not prepared", n)
+	}
+	dr.err = nil
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.containers(pod, "app"); len(got) != 1 || got[0] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("app containers %v after the claims were prepared", got)
+	}
+	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatal(err)
+	}
+	if dr.calls != 2 {
+		t.Errorf("PrepareResources called %d times, want 2 (once per sandbox creation attempt)", dr.calls)
+	}
+}

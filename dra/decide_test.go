@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -244,6 +245,27 @@ func TestValidatePlugin(t *testing.T) {
 			err := validatePlugin(c.driver, c.endpoint, c.versions)
 			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || err.Error() != c.wantErr) {
 				t.Fatalf("validatePlugin = %v, want %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestCheckResults(t *testing.T) {
+	claims := []*drapb.Claim{{Uid: "u1", Name: "a"}, {Uid: "u2", Name: "b"}}
+	for _, c := range []struct {
+		name    string
+		errs    map[string]string
+		wantErr string
+	}{
+		{name: "all answered", errs: map[string]string{"u1": "", "u2": ""}},
+		{name: "one failed", errs: map[string]string{"u1": "", "u2": "busy"}, wantErr: "NodePrepareResources failed for ResourceClaim b: busy"},
+		{name: "unknown claim", errs: map[string]string{"u1": "", "u2": "", "u3": ""}, wantErr: "NodePrepareResources returned result for unknown claim UID u3"},
+		{name: "one skipped", errs: map[string]string{"u1": ""}, wantErr: "NodePrepareResources skipped 1 ResourceClaims"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkResults("NodePrepareResources", claims, c.errs)
+			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || err.Error() != c.wantErr) {
+				t.Fatalf("checkResults = %v, want %q", err, c.wantErr)
 			}
 		})
 	}

@@ -186,14 +186,15 @@ func (m *Manager) prepare(ctx context.Context, pod *v1.Pod) error {
 		if err != nil {
 			return fmt.Errorf("NodePrepareResources: %w", err)
 		}
+		errs := map[string]string{}
+		for uid, result := range resp.GetClaims() {
+			errs[uid] = result.GetError()
+		}
+		if err := checkResults("NodePrepareResources", claims, errs); err != nil {
+			return err
+		}
 		for uid, result := range resp.GetClaims() {
 			req := findClaim(claims, uid)
-			if req == nil {
-				return fmt.Errorf("NodePrepareResources returned result for unknown claim UID %s", uid)
-			}
-			if result.GetError() != "" {
-				return fmt.Errorf("NodePrepareResources failed for ResourceClaim %s: %s", req.Name, result.GetError())
-			}
 			m.mu.Lock()
 			if e, ok := m.claims[key(req.Namespace, req.Name)]; ok {
 				ds := e.DriverState[d]
@@ -205,9 +206,6 @@ func (m *Manager) prepare(ctx context.Context, pod *v1.Pod) error {
 				e.DriverState[d] = ds
 			}
 			m.mu.Unlock()
-		}
-		if n := len(claims) - len(resp.GetClaims()); n != 0 {
-			return fmt.Errorf("NodePrepareResources skipped %d ResourceClaims", n)
 		}
 	}
 
@@ -277,17 +275,12 @@ func (m *Manager) unprepare(ctx context.Context, uid types.UID, namespace string
 		if err != nil {
 			return fmt.Errorf("NodeUnprepareResources: %w", err)
 		}
+		errs := map[string]string{}
 		for uid, result := range resp.GetClaims() {
-			req := findClaim(claims, uid)
-			if req == nil {
-				return fmt.Errorf("NodeUnprepareResources returned result for unknown claim UID %s", uid)
-			}
-			if result.GetError() != "" {
-				return fmt.Errorf("NodeUnprepareResources failed for ResourceClaim %s: %s", req.Name, result.GetError())
-			}
+			errs[uid] = result.GetError()
 		}
-		if n := len(claims) - len(resp.GetClaims()); n != 0 {
-			return fmt.Errorf("NodeUnprepareResources skipped %d ResourceClaims", n)
+		if err := checkResults("NodeUnprepareResources", claims, errs); err != nil {
+			return err
 		}
 	}
 
@@ -343,6 +336,25 @@ func (m *Manager) driverClient(driver string) (drapb.DRAPluginClient, error) {
 		return nil, fmt.Errorf("DRA driver %s is not registered", driver)
 	}
 	return m.drivers.client(driver)
+}
+
+// checkResults judges a driver's answer for claims (its per-claim errors by
+// claim UID), in upstream's wording: every claim answered, no other, none
+// failed.
+func checkResults(op string, claims []*drapb.Claim, errs map[string]string) error {
+	for _, uid := range sortedKeys(errs) {
+		req := findClaim(claims, uid)
+		if req == nil {
+			return fmt.Errorf("%s returned result for unknown claim UID %s", op, uid)
+		}
+		if errs[uid] != "" {
+			return fmt.Errorf("%s failed for ResourceClaim %s: %s", op, req.Name, errs[uid])
+		}
+	}
+	if n := len(claims) - len(errs); n != 0 {
+		return fmt.Errorf("%s skipped %d ResourceClaims", op, n)
+	}
+	return nil
 }
 
 func findClaim(claims []*drapb.Claim, uid string) *drapb.Claim {

@@ -129,7 +129,7 @@ func TestMetricsGolden(t *testing.T) {
 			}, func(a *agent) {
 				families = scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 				regd = registered(t, a.metrics)
-			}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+			}, "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "container runtime client")
 			checkGolden(t, golden, tc.when, regd, families)
 		})
 	}

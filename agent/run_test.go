@@ -175,7 +175,7 @@ func testOptions(t *testing.T, endpoint string) *config.Options {
 // and the status manager, the probe workers and the services informer were never
 // joined.
 func TestBuildRunStop(t *testing.T) {
-	buildRunStop(t, nil, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+	buildRunStop(t, nil, "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "container runtime client")
 }
 
 // TestBuildRunStopWithAPIServer is TestBuildRunStop with a kubeconfig: the API pod
@@ -188,7 +188,7 @@ func TestBuildRunStopWithAPIServer(t *testing.T) {
 		opts.Kubeconfig = api.kubeconfig(t)
 		opts.Config.ContentType = "application/json"
 		opts.Config.RotateCertificates = false
-	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "API client connections", "container runtime client")
+	}, "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "API client connections", "container runtime client")
 	if api.requests() == 0 {
 		t.Error("nodelet made no request to the API server")
 	}
@@ -199,7 +199,7 @@ func TestBuildRunStopWithAPIServer(t *testing.T) {
 func TestBuildRunStopEventedPLEG(t *testing.T) {
 	rt := buildRunStop(t, func(opts *config.Options) {
 		opts.Config.FeatureGates = map[string]bool{"EventedPLEG": true}
-	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client")
+	}, "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "container runtime client")
 	if !slices.Contains(rt.Calls(), "GetContainerEvents") {
 		t.Error("nodelet with EventedPLEG did not open the container event stream")
 	}

@@ -27,7 +27,7 @@ func tracingTo(r *spantest.OTLPReceiver, ratePerMillion int32) func(*config.Opti
 // client's (its last calls' spans are in) and leaves no goroutine.
 func TestBuildRunStopTracing(t *testing.T) {
 	recv := spantest.StartOTLPReceiver(t)
-	buildRunStop(t, tracingTo(recv, 1000000), "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client", "tracer provider")
+	buildRunStop(t, tracingTo(recv, 1000000), "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "container runtime client", "tracer provider")
 
 	spans := recv.Spans()
 	syncs := map[string]*tracepb.Span{} // by span ID
@@ -81,7 +81,7 @@ func TestBuildRunStopTracingWithAPIServer(t *testing.T) {
 		opts.Kubeconfig = api.kubeconfig(t)
 		opts.Config.ContentType = "application/json"
 		opts.Config.RotateCertificates = false
-	}, "kubelet API ports", "logind D-Bus connection", "event broadcaster", "API client connections", "container runtime client", "tracer provider")
+	}, "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "API client connections", "container runtime client", "tracer provider")
 
 	byID := map[string]*tracepb.Span{}
 	for _, s := range recv.Spans() {
@@ -115,7 +115,7 @@ func TestBuildRunStopTracingWithAPIServer(t *testing.T) {
 // has a sampled parent, so none is sampled and the collector receives none.
 func TestBuildRunStopTracingSampledNone(t *testing.T) {
 	recv := spantest.StartOTLPReceiver(t)
-	buildRunStop(t, tracingTo(recv, 0), "kubelet API ports", "logind D-Bus connection", "event broadcaster", "container runtime client", "tracer provider")
+	buildRunStop(t, tracingTo(recv, 0), "kubelet API ports", "logind D-Bus connection", "DRA driver connections", "event broadcaster", "container runtime client", "tracer provider")
 	if spans := recv.Spans(); len(spans) != 0 {
 		t.Errorf("at sampling rate 0 the collector received %d spans: %v", len(spans), spantest.SpanNames(spans))
 	}

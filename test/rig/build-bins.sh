@@ -3,11 +3,12 @@
 # keyed by version, so later runs skip the (~10 min cold) build.
 #
 #   kube-apiserver, kube-controller-manager,
-#   kube-scheduler, kubectl,
+#   kube-scheduler, kubectl, kubelet, kubeadm,
 #   sample-device-plugin                              from k8s.io/kubernetes $K8S_VERSION
 #       (module test/rig/k8sbins, which replaces every staging module v0.0.0 by v0.<minor>.<patch>;
 #       sample-device-plugin is test/images/sample-device-plugin, the upstream plugin the device
-#       plugin e2e tests run as a host process)
+#       plugin e2e tests run as a host process; kubelet is the judge of the swap and conformance
+#       runs and the benchmarks' comparison; kubeadm joins the rig's node in the join test)
 #   etcd                                              from go.etcd.io/etcd/server/v3 $ETCD_VERSION
 #       (module test/rig/etcdbin)
 #   csi-provisioner, csi-attacher                     from github.com/kubernetes-csi/external-provisioner/v6
@@ -80,6 +81,8 @@ gen_k8s_module() {
 			"k8s.io/kubernetes/cmd/kube-controller-manager@${K8S_VERSION}" \
 			"k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}" \
 			"k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}" \
+			"k8s.io/kubernetes/cmd/kubelet@${K8S_VERSION}" \
+			"k8s.io/kubernetes/cmd/kubeadm@${K8S_VERSION}" \
 			"k8s.io/kubernetes/test/images/sample-device-plugin@${K8S_VERSION}" &&
 		go mod tidy)
 }
@@ -164,9 +167,10 @@ else
 	log "etcd built in $((SECONDS - start))s"
 fi
 
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, sample-device-plugin: one
-# `go build` of those not cached, so they share compiled deps.
-K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl sample-device-plugin)
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kubeadm,
+# sample-device-plugin: one `go build` of those not cached, so they share compiled deps.
+# -s -w: no symbol table or DWARF, which makes the seven links markedly cheaper.
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm sample-device-plugin)
 declare -A K8S_PKGS=([sample-device-plugin]=k8s.io/kubernetes/test/images/sample-device-plugin)
 need=()
 for b in "${K8S_BINS[@]}"; do
@@ -181,7 +185,7 @@ else
 	fi
 	minor=${K8S_VERSION#v1.}
 	minor=${minor%%.*}
-	ldflags="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
+	ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 	specs=()
 	for b in "${need[@]}"; do specs+=("$b|${K8S_PKGS[$b]:-k8s.io/kubernetes/cmd/$b}|$K8S_VERSION"); done
 	log "building ${need[*]} $K8S_VERSION (cold: ~10 min on 2 cores)"

@@ -93,11 +93,41 @@ section() {
 	printf '\n%s===== [%s +%ds] %s =====%s\n' "$BOLD" "$(date -u +%H:%M:%S)" $((SECONDS - T0)) "$STEP" "$PLAIN"
 }
 
+# Background jobs (bg_start/bg_wait): work that needs CPU but no rig, run at the lowest CPU and
+# I/O priority while the e2e and fault suites run. Those suites mostly wait (pods starting and
+# stopping, probes, grace periods, outages they stage), and nice 19 takes only the CPU they
+# leave idle: the kernel gives a nice-0 task ~70 times the share of a nice-19 one.
+declare -A BG_PID=() BG_LOG=() BG_T0=()
+bg_start() {
+	local name=$1
+	shift
+	mkdir -p "$REPO/_output"
+	BG_LOG[$name]=$REPO/_output/bg-$name.log
+	BG_T0[$name]=$SECONDS
+	# setsid: its own process group, so on_exit can stop the whole job.
+	setsid nice -n 19 ionice -c 3 "$@" >"${BG_LOG[$name]}" 2>&1 &
+	BG_PID[$name]=$!
+	echo "started in the background (nice 19): $name ($*), log ${BG_LOG[$name]}"
+}
+# bg_wait NAME: waits for the job, prints its log and how long it ran, fails as it failed.
+bg_wait() {
+	local name=$1 rc=0
+	wait "${BG_PID[$name]}" || rc=$?
+	unset "BG_PID[$name]"
+	cat "${BG_LOG[$name]}"
+	echo "background job $name: exit $rc after $((SECONDS - BG_T0[$name]))s (started at +$((BG_T0[$name] - T0))s)"
+	return "$rc"
+}
+
 RIG_STARTED=0
 on_exit() {
 	local rc=$?
 	end_step
 	STEP=""
+	local name
+	for name in "${!BG_PID[@]}"; do
+		kill -- "-${BG_PID[$name]}" 2>/dev/null || true
+	done
 	if ((RIG_STARTED)) && [[ "${KEEP_RIG:-0}" != 1 ]]; then
 		printf '\n===== rig down =====\n'
 		bash test/rig/down.sh || true
@@ -115,9 +145,13 @@ trap 'FAILED_STEP=$STEP' ERR
 trap on_exit EXIT
 
 section "install deps" 240
+# Module downloads are network-bound and apt mostly so: overlap them.
+bg_start mod-download bash hack/mod-download.sh
 bash test/rig/install-deps.sh
 
 section "build rig binaries (cached)" 1290
+# A failed download is not fatal here: the builds fetch what is missing and say what failed.
+bg_wait mod-download || true
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR
 if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
@@ -144,8 +178,12 @@ bash deploy/verify.sh
 section "unit tests (go test -race)" 280
 go test -race -count=1 ./...
 
-section "fuzz targets" 420
-bash hack/fuzz.sh
+# The fuzz targets run in the foreground only when the e2e suite does not: otherwise they run in
+# the background beside it (started below) and are waited for after the fault suite.
+if [[ "${SKIP_E2E:-0}" == 1 ]]; then
+	section "fuzz targets" 420
+	bash hack/fuzz.sh
+fi
 
 section "build nodelet" 90
 go build -o _output/nodelet ./cmd/nodelet
@@ -160,6 +198,14 @@ section "rig up" 50
 RIG_STARTED=1
 bash test/rig/up.sh --fresh
 cat "$RIG_DIR/rig.env"
+
+# Started here, not earlier: vet, the unit tests and the rig's start use both cores themselves.
+bg_start fuzz bash hack/fuzz.sh
+if [[ "${SKIP_CONFORMANCE:-0}" != 1 ]]; then
+	# The slice's binaries and images (e2e.test, agnhost, busybox, ...): a pure build into the
+	# cache, no rig needed; the slice stage then finds them built.
+	bg_start conformance-build bash test/conformance/build.sh
+fi
 
 section "e2e tests" 1320
 e2e_args=(-tags e2e -v -count=1 -timeout 40m)
@@ -178,6 +224,9 @@ else
 	if [[ -n "$CHAOS_RUN" ]]; then chaos_args+=(-run "$CHAOS_RUN"); fi
 	go test "${chaos_args[@]}" ./test/chaos/...
 fi
+
+section "fuzz targets (background, waited for)" 60
+bg_wait fuzz
 
 # The VM test boots a qemu guest (TCG: software emulation) with cgroup v2 and swap, which this
 # host cannot give: it needs no rig (it runs its own apiserver on other ports). Run when the
@@ -203,6 +252,8 @@ else
 		bash test/rig/down.sh
 		RIG_STARTED=0
 	fi
+	section "NodeConformance slice build (background, waited for)" 60
+	bg_wait conformance-build
 	section "NodeConformance slice" 440
 	bash hack/conformance.sh --slice
 fi

@@ -1,15 +1,18 @@
 package allocation
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/golden"
 )
@@ -61,4 +64,26 @@ func TestStateCompatibleWithKubelet(t *testing.T) {
 		t.Errorf("nodelet writes\n%s\nthe kubelet\n%s", b, want)
 	}
 	golden.Bytes(t, filepath.Join("testdata", "nodelet", AllocatedStateFile), b, *update)
+}
+
+// The kubelet's checkpoint is restored, not set aside as corrupt.
+func TestOpenStateOnKubeletCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join("testdata", "upstream", AllocatedStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ActuatedStateFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenState(context.Background(), dir, ActuatedStateFile, clocktesting.NewFakeClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt-*")); len(aside) != 0 {
+		t.Errorf("the kubelet's checkpoint was set aside: %v", aside)
+	}
+	if r, ok := s.Container("pod-a", "app"); !ok || r.Limits.Memory().String() != "256Mi" {
+		t.Errorf("pod-a/app = %v %v, want its 256Mi limit", r, ok)
+	}
 }

@@ -1,8 +1,10 @@
 package cpumanager
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 
@@ -46,7 +48,10 @@ var (
 func decodeCheckpoint(policy string, b []byte) (State, error) {
 	c, err := state.Decode(b)
 	if err != nil {
-		return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w", err)
+		var ok bool
+		if c, ok = decodeLegacy(b); !ok {
+			return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w", err)
+		}
 	}
 	if c.PolicyName != policy {
 		return State{}, fmt.Errorf("configured policy %q differs from state checkpoint policy %q: %w", policy, c.PolicyName, errPolicyMismatch)
@@ -67,6 +72,36 @@ func decodeCheckpoint(policy string, b []byte) (State, error) {
 		}
 	}
 	return s, nil
+}
+
+// legacyCheckpoint is the file nodelet wrote before it took upstream's
+// checksums: upstream's v2 JSON, its checksum FNV-32a over that JSON with
+// the checksum zero. It is read so that upgrading nodelet keeps the
+// assignments; the next write is upstream's format.
+type legacyCheckpoint struct {
+	PolicyName    string                       `json:"policyName"`
+	DefaultCPUSet string                       `json:"defaultCpuSet"`
+	Entries       map[string]map[string]string `json:"entries,omitempty"`
+	Checksum      uint32                       `json:"checksum"`
+}
+
+func decodeLegacy(b []byte) (state.CPUManagerCheckpointData, bool) {
+	var c legacyCheckpoint
+	if json.Unmarshal(b, &c) != nil {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	sum := c.Checksum
+	c.Checksum = 0
+	j, err := json.Marshal(c)
+	if err != nil {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	h := fnv.New32a()
+	_, _ = h.Write(j)
+	if h.Sum32() != sum {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	return state.CPUManagerCheckpointData{PolicyName: c.PolicyName, DefaultCPUSet: c.DefaultCPUSet, Entries: c.Entries}, true
 }
 
 // readCheckpoint returns the stored state, or ok=false when there is none.

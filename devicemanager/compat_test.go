@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/golden"
 )
@@ -59,4 +61,27 @@ func TestCheckpointCompatibleWithKubelet(t *testing.T) {
 		t.Errorf("nodelet writes\n%s\nthe kubelet\n%s", b, wantBytes)
 	}
 	golden.Bytes(t, filepath.Join("testdata", "nodelet", CheckpointName), b, *update)
+}
+
+// The kubelet's checkpoint is restored, not set aside as corrupt: its
+// assignments and their NUMA nodes are there before any plugin registers.
+func TestManagerStartsOnKubeletCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join("testdata", "upstream", CheckpointName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CheckpointName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(dir, clocktesting.NewFakeClock(time.Now()), []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt-*")); len(aside) != 0 {
+		t.Errorf("the kubelet's checkpoint was set aside: %v", aside)
+	}
+	if got := topologyOf(m.ContainerDevices("pod-a", "app")); got != "dev-0@[0] dev-2@[]" {
+		t.Errorf("pod-a's devices = %q, want dev-0@[0] dev-2@[]", got)
+	}
 }

@@ -1,6 +1,7 @@
 package memorymanager
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
 	"github.com/nodelet/nodelet/memorymanager/internal/state"
 )
 
@@ -21,6 +23,31 @@ var (
 	// errPolicyMismatch marks a checkpoint written under another policy.
 	errPolicyMismatch = errors.New("policy mismatch")
 )
+
+// legacyCheckpoint is the file nodelet wrote before it took upstream's
+// checksums: upstream's v1 JSON, its checksum upstream's checksum of that
+// JSON's text with the checksum zero. It is read so that upgrading nodelet
+// keeps the assignments; the next write is upstream's format.
+type legacyCheckpoint struct {
+	PolicyName   string                           `json:"policyName"`
+	MachineState state.NUMANodeMap                `json:"machineState"`
+	Entries      state.ContainerMemoryAssignments `json:"entries,omitempty"`
+	Checksum     checksum.Checksum                `json:"checksum"`
+}
+
+func decodeLegacy(b []byte) (state.MemoryManagerCheckpointData, bool) {
+	var c legacyCheckpoint
+	if json.Unmarshal(b, &c) != nil {
+		return state.MemoryManagerCheckpointData{}, false
+	}
+	sum := c.Checksum
+	c.Checksum = 0
+	j, err := json.Marshal(c)
+	if err != nil || checksum.New(string(j)) != sum {
+		return state.MemoryManagerCheckpointData{}, false
+	}
+	return state.MemoryManagerCheckpointData{PolicyName: c.PolicyName, MachineState: c.MachineState, Entries: c.Entries}, true
+}
 
 // readCheckpoint returns the stored state for policy, or ok=false when
 // there is none; a checkpoint of another policy is refused. Any format
@@ -36,7 +63,10 @@ func readCheckpoint(path, policy string) (s State, ok bool, err error) {
 	}
 	c, err := state.Decode(b)
 	if err != nil {
-		return State{}, false, fmt.Errorf("decoding the memory manager checkpoint: %w", err)
+		var legacy bool
+		if c, legacy = decodeLegacy(b); !legacy {
+			return State{}, false, fmt.Errorf("decoding the memory manager checkpoint: %w", err)
+		}
 	}
 	if c.PolicyName != policy {
 		return State{}, false, fmt.Errorf("configured policy %q differs from state checkpoint policy %q: %w", policy, c.PolicyName, errPolicyMismatch)

@@ -1,13 +1,17 @@
 package memorymanager
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/golden"
 )
@@ -73,5 +77,59 @@ func TestCheckpointCompatibleWithKubelet(t *testing.T) {
 			}
 			golden.Bytes(t, filepath.Join("testdata", "nodelet", tc.golden), b, *update)
 		})
+	}
+}
+
+// The formats older kubelets wrote (written by v1.37.2's code for them) and
+// the one nodelet wrote before it took upstream's checksums are read; the
+// pod-level entries of v2 are ignored, as upstream does with its gate off.
+func TestCheckpointOlderFormats(t *testing.T) {
+	static := compatCases()[1].state
+	for _, path := range []string{
+		"testdata/upstream/memory_manager_state.v1",
+		"testdata/upstream/memory_manager_state.v2",
+		"testdata/legacy/memory_manager_state.static",
+	} {
+		got, ok, err := readCheckpoint(path, PolicyStatic)
+		if err != nil || !ok {
+			t.Fatalf("%s: ok=%v %v", path, ok, err)
+		}
+		if diff := cmp.Diff(static, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", path, diff)
+		}
+		// The same file with its content changed is refused.
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := filepath.Join(t.TempDir(), CheckpointFile)
+		if err := os.WriteFile(changed, []byte(strings.Replace(string(b), `"size":1073741824`, `"size":1073741825`, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := readCheckpoint(changed, PolicyStatic); !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), "corrupted") {
+			t.Errorf("%s changed: got %v, want it refused as corrupted", path, err)
+		}
+	}
+}
+
+// The kubelet's checkpoint is restored, not set aside as corrupt.
+func TestManagerStartsOnKubeletCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	b, err := os.ReadFile("testdata/upstream/memory_manager_state.none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, CheckpointFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Policy: PolicyNone, RootDir: root}, testclock.NewFakeClock(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(root, "*.corrupt-*")); len(aside) != 0 {
+		t.Errorf("the kubelet's checkpoint was set aside: %v", aside)
+	}
+	after, err := os.ReadFile(filepath.Join(root, CheckpointFile))
+	if err != nil || string(after) != string(b) {
+		t.Errorf("checkpoint rewritten as %s (%v), want the kubelet's bytes", after, err)
 	}
 }

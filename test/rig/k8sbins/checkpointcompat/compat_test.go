@@ -138,6 +138,46 @@ func TestCPUManagerState(t *testing.T) {
 	}
 }
 
+// writeCheckpoint writes cp with upstream's checkpoint manager into dir.
+func writeCheckpoint(t *testing.T, dir, name string, cp checkpointmanager.Checkpoint) {
+	t.Helper()
+	cm, err := checkpointmanager.NewCheckpointManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cm.CreateCheckpoint(name, cp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The older formats kubelet v1.37.2 still reads (older kubelets wrote
+// them), written by its own code: nodelet must read them too.
+func TestCPUManagerOlderFormats(t *testing.T) {
+	if !*update {
+		t.Skip("writes goldens only (-update)")
+	}
+	entries := map[string]map[string]string{"pod-a": {"app": "1-2"}}
+	dir := t.TempDir()
+	writeCheckpoint(t, dir, cpuFile, &cpustate.CPUManagerCheckpointV2{PolicyName: "static", DefaultCPUSet: "0,3-7", Entries: entries})
+	fromUpstream(t, dir, cpuFile, "cpumanager", "cpu_manager_state.v2")
+	writeCheckpoint(t, dir, cpuFile, &cpustate.CPUManagerCheckpointV3{PolicyName: "static", DefaultCPUSet: "0,3-7", Entries: entries,
+		PodEntries: cpustate.PodCPUAssignments{"pod-c": {CPUSet: cpuset.New(11)}}})
+	fromUpstream(t, dir, cpuFile, "cpumanager", "cpu_manager_state.v3")
+}
+
+func TestMemoryManagerOlderFormats(t *testing.T) {
+	if !*update {
+		t.Skip("writes goldens only (-update)")
+	}
+	static := memCases()[1]
+	dir := t.TempDir()
+	writeCheckpoint(t, dir, memFile, &memstate.MemoryManagerCheckpointV1{PolicyName: "Static", MachineState: static.machine, Entries: static.entries})
+	fromUpstream(t, dir, memFile, "memorymanager", "memory_manager_state.v1")
+	writeCheckpoint(t, dir, memFile, &memstate.MemoryManagerCheckpointV2{PolicyName: "Static", MachineState: static.machine, Entries: static.entries,
+		PodEntries: memstate.PodMemoryAssignments{"pod-c": {MemoryBlocks: []memstate.Block{{NUMAAffinity: []int{1}, Type: v1.ResourceMemory, Size: 1 << 30}}}}})
+	fromUpstream(t, dir, memFile, "memorymanager", "memory_manager_state.v2")
+}
+
 type memCase struct {
 	golden, policy string
 	machine        memstate.NUMANodeMap

@@ -177,6 +177,10 @@ bash deploy/verify.sh
 
 section "unit tests (go test -race)" 280
 go test -race -count=1 ./...
+# The kubelet's own checkpoint code reads the state files nodelet writes (and wrote the goldens
+# nodelet's tests read): test/rig/k8sbins may import k8s.io/kubernetes, nodelet's module never.
+# No -race: its packages are the rig build's, already compiled (~1 s warm, ~30 s cold).
+(cd test/rig/k8sbins && go test -count=1 ./checkpointcompat/)
 
 # The fuzz targets run in the foreground only when the e2e suite does not: otherwise they run in
 # the background beside it (started below) and are waited for after the fault suite.

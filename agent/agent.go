@@ -41,6 +41,7 @@ import (
 	"github.com/nodelet/nodelet/dra"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
+	nodeletversion "github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
@@ -57,9 +58,8 @@ import (
 	"github.com/nodelet/nodelet/volumes"
 )
 
-// Version is the version nodelet reports (nodeInfo.kubeletVersion). It tracks
-// the Kubernetes minor whose behaviour nodelet implements.
-const Version = "v1.37.2-nodelet"
+// userAgent names nodelet and its version on every API request.
+func userAgent() string { return "nodelet/" + nodeletversion.Get().GitVersion }
 
 // maxWaitForContainerRuntime is how long start-up waits for the CRI socket.
 const maxWaitForContainerRuntime = 30 * time.Second
@@ -162,7 +162,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if opts.HostnameOverride != "" {
 		hostname = nodeName
 	}
-	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
+	logger.Info("Starting nodelet", "version", nodeletversion.Get().GitVersion, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
 	for _, w := range config.ServingWarnings(opts) {
 		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
 	}
@@ -306,7 +306,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Labels:   opts.NodeLabels,
 		Kubelet:  kc,
 		RootDir:  opts.RootDir,
-		Version:  Version,
+		Version:  nodeletversion.Get().GitVersion,
 
 		ExternalCloudProvider: external,
 		AppArmorEnabled:       appArmor,
@@ -824,7 +824,7 @@ func newClients(kubeconfig string, kc *kubeletconfigv1beta1.KubeletConfiguration
 
 // newClientsForConfig is newClients for a loaded (possibly rotating) configuration.
 func newClientsForConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, kubernetes.Interface, error) {
-	rc.UserAgent = "nodelet/" + Version
+	rc.UserAgent = userAgent()
 	if kc.KubeAPIQPS == nil {
 		rc.QPS = 50
 	} else {
@@ -912,7 +912,20 @@ func newMetricsRegistry(nodeName string, mode cgroups.Mode) *prometheus.Registry
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
 	)
 	registerNodeGauges(reg, nodeName, mode)
+	registerBuildInfo(reg)
 	return reg
+}
+
+// registerBuildInfo exports upstream's kubernetes_build_info (component-base's
+// metrics/prometheus/version registers it in the legacy registry, which
+// nodelet does not serve) with nodelet's version record.
+func registerBuildInfo(reg prometheus.Registerer) {
+	info := nodeletversion.Get()
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kubernetes_build_info",
+		Help: "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running."},
+		[]string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"})
+	g.WithLabelValues(info.Major, info.Minor, info.GitVersion, info.GitCommit, info.GitTreeState, info.BuildDate, info.GoVersion, info.Compiler, info.Platform).Set(1)
+	reg.MustRegister(g)
 }
 
 // registerNodeGauges exports upstream's constant node facts: kubelet_node_name{node}

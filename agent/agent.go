@@ -605,7 +605,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// The Summary, measured every housekeeping period in the background:
 	// /stats/summary, /metrics/resource and eviction read the last one.
 	statsCache := stats.NewCache(newStatsProvider(kc, nodeName, opts.RootDir, sandboxImage, cg, sysContainers, rt, loop.ActivePods, volStats, clk),
-		stats.DefaultHousekeepingPeriod, clk)
+		opts.HousekeepingInterval, clk)
 	evictions, err := newEvictionManager(kc, nodeName, statsCache, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()

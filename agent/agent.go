@@ -167,6 +167,15 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
 	}
 
+	// The kubelet loads its API credential before it looks at the runtime: a
+	// missing bootstrap kubeconfig stops it at once, naming the file, rather
+	// than after the wait for the runtime.
+	if opts.Kubeconfig != "" {
+		if err := certificate.CheckBootstrapKubeconfig(opts.Kubeconfig, opts.BootstrapKubeconfig, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+
 	showHidden, err := showHiddenMetrics(kc.ShowHiddenMetricsForVersion)
 	if err != nil {
 		return nil, err

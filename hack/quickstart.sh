@@ -34,7 +34,7 @@ fi
 
 log "building nodelet and the image tools"
 mkdir -p "$QS/bin" "$QS/images" "$RUN" "$MANIFESTS"
-(cd "$REPO" && go build -o _output/nodelet ./cmd/nodelet &&
+(cd "$REPO" && bash hack/build.sh &&
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$QS/bin/pause" ./test/rig/pause &&
 	go build -o "$QS/bin/mkimage" ./test/rig/mkimage)
 "$QS/bin/mkimage" -kind busybox -bin /bin/busybox -name nodelet.local/busybox:latest -o "$QS/images/busybox.tar"

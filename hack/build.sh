@@ -23,6 +23,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
+# -o is relative to the caller's directory; the build runs in the repo.
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+
 version=$(sed -n 's/^const Default = "\(v[^"]*\)"$/\1/p' "$REPO/internal/version/version.go")
 [[ "$version" =~ ^v([0-9]+)\.([0-9]+)\.[0-9]+ ]] || { echo "build.sh: no version in internal/version/version.go" >&2; exit 1; }
 if $print; then

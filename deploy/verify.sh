@@ -159,6 +159,11 @@ for pkg in nodelet nodelet-as-kubelet; do
 done
 [ "$(readlink "$droot/usr/bin/kubelet")" = nodelet ] || { echo "verify.sh: /usr/bin/kubelet does not point at nodelet" >&2; exit 1; }
 cmp -s "$binary" "$droot/usr/bin/nodelet" || { echo "verify.sh: the package's /usr/bin/nodelet is not the binary" >&2; exit 1; }
+# kubeadm's preflight runs "kubelet --version" from PATH (a real binary only).
+if [ "$binary" != "$root/nodelet.placeholder" ]; then
+	got="$("$droot/usr/bin/kubelet" --version)"
+	[ "$got" = "Kubernetes v$ver" ] || { echo "verify.sh: kubelet --version printed '$got', want 'Kubernetes v$ver'" >&2; exit 1; }
+fi
 mkdir -p "$droot/usr/lib/systemd"
 cp -a /usr/lib/systemd/system "$droot/usr/lib/systemd/"
 verify_unit "packaged nodelet.service (with 10-nodelet.conf)" nodelet.service "$droot"

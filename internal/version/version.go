@@ -45,6 +45,8 @@ func Get() apimachineryversion.Info {
 			case "vcs.modified":
 				info.GitTreeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
 			case "vcs.time":
+				// The commit's time: the closest to a build date that a
+				// plain go build records.
 				info.BuildDate = s.Value
 			}
 		}

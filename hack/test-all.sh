@@ -190,7 +190,7 @@ if [[ "${SKIP_E2E:-0}" == 1 ]]; then
 fi
 
 section "build nodelet" 90
-go build -o _output/nodelet ./cmd/nodelet
+bash hack/build.sh
 export NODELET_BIN=$REPO/_output/nodelet
 
 if [[ "${SKIP_E2E:-0}" == 1 ]]; then

@@ -767,22 +767,31 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	return a, nil
 }
 
-// notifySystemd tells systemd nodelet is ready once the pod sources synced (the
-// same condition as always), pings its watchdog while healthy, and says STOPPING
-// when ctx ends, which is the first thing a stop does.
+// notifySystemd tells systemd nodelet has started as soon as its own start-up is done
+// (configuration, runtime, servers), pings its watchdog while healthy, and says STOPPING when
+// ctx ends, which is the first thing a stop does. READY does not wait for the pod sources to
+// sync: on a control-plane node the API server is a static pod nodelet itself runs, and
+// kubeadm's `systemctl restart kubelet` blocks until READY, so waiting for the API would hold
+// the restart until systemd's start timeout kills nodelet.
 func notifySystemd(ctx context.Context, loop *syncloop.Loop, p healthChecker) {
 	logger := klog.FromContext(ctx)
-	select {
-	case <-loop.Synced():
-		sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
-		logger.Info("nodelet is ready: pod sources synced", "notifiedSystemd", sent)
-		if err != nil {
-			logger.Error(err, "Telling systemd nodelet is ready")
-		}
-		watchdog(ctx, p, loop)
-	case <-ctx.Done():
+	sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
+	logger.Info("nodelet started", "notifiedSystemd", sent)
+	if err != nil {
+		logger.Error(err, "Telling systemd nodelet is ready")
 	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		select {
+		case <-loop.Synced():
+			logger.Info("nodelet is ready: pod sources synced")
+		case <-ctx.Done():
+		}
+	}()
+	watchdog(ctx, p, loop)
 	<-ctx.Done()
+	<-logged
 	logger.Info("Stopping nodelet; running pods are left running")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 }

@@ -70,8 +70,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 
 	restartCount := 0
 	if prev := latestByName(st)[c.Name]; prev != nil {
-		n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
-		restartCount = n + 1
+		restartCount = nextRestartCount(prev)
+		n := restartCount - 1
 		if cri.StartWasCut(prev) {
 			// Never ran: a nodelet killed between CreateContainer and StartContainer
 			// left it created, or a nodelet or runtime crash cut its start off. It
@@ -135,14 +135,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.LabelPodUID:        string(pod.UID),
 			cri.LabelContainerName: c.Name,
 		},
-		Annotations: map[string]string{
-			cri.AnnotationContainerHash:             ContainerHash(c),
-			cri.AnnotationContainerRestartCount:     strconv.Itoa(restartCount),
-			cri.AnnotationTerminationMessagePath:    c.TerminationMessagePath,
-			cri.AnnotationTerminationMessagePolicy:  string(c.TerminationMessagePolicy),
-			cri.AnnotationPodTerminationGracePeriod: strconv.FormatInt(gracePeriod(pod, nil), 10),
-		},
-		Linux: linux,
+		Annotations: containerAnnotations(pod, c, restartCount),
+		Linux:       linux,
 	}
 	if d := m.cfg.Devices; d != nil {
 		if err := d.ApplyDevices(ctx, pod, c, cfg); err != nil {

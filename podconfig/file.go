@@ -73,6 +73,7 @@ func (c *Config) readFileSource(ctx context.Context, path string) {
 			return
 		}
 	}
+	c.adoptStatic(ctx, podutil.SourceFile, pods)
 	c.setSnapshot(podutil.SourceFile, pods)
 }
 

@@ -91,6 +91,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", restartCount, "err", err)
 			}
 		}
+	} else if m.cfg.PodLogsDir != "" {
+		// No instance left in the runtime (never run, or removed): the count
+		// goes on from the logs earlier instances left, as upstream, so a new
+		// instance never writes into an old one's log.
+		restartCount = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
 	}
 	node := m.node()
 	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{

@@ -2,7 +2,9 @@ package podruntime
 
 import (
 	"encoding/json"
+	"os"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -81,4 +83,33 @@ func RecordedGrace(c *runtimeapi.ContainerStatus) (int64, bool) {
 func nextRestartCount(prev *runtimeapi.ContainerStatus) int {
 	n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
 	return n + 1
+}
+
+// restartCountFromLogDir is the restart count of a container's next instance
+// when the runtime has none of it: one more than the highest N of the files
+// named <N>.log... (rotated ones too) in its log directory, 0 when there is none.
+func restartCountFromLogDir(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0 // no directory: the first instance
+	}
+	next := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		// Upstream's pattern is ^(\d+)\.log, unanchored at the end.
+		num, _, ok := strings.Cut(e.Name(), ".log")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 || strings.TrimLeft(num, "0123456789") != "" {
+			continue
+		}
+		if n+1 > next {
+			next = n + 1
+		}
+	}
+	return next
 }

@@ -1,6 +1,8 @@
 package podruntime
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -177,5 +179,39 @@ func TestKubeletCreatedPodIsAdopted(t *testing.T) {
 	dead.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	if changed, attempt := sandboxChanged(pod, &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{dead}}); !changed || attempt != 3 {
 		t.Errorf("sandboxChanged() = %v, %d, want a new sandbox with attempt 3", changed, attempt)
+	}
+}
+
+// TestRestartCountFromLogDir: with no instance in the runtime, the count goes
+// on from the log files, as upstream's calcRestartCountByLogDir.
+func TestRestartCountFromLogDir(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files []string
+		want  int
+	}{
+		{"no directory", nil, 0},
+		{"empty", []string{}, 0},
+		{"one log", []string{"0.log"}, 1},
+		{"rotated logs count", []string{"0.log", "2.log.20261207-101010", "1.log"}, 3},
+		{"other files ignored", []string{"x.log", "3.txt", "-1.log", "+5.log", "1x.log"}, 0},
+		{"unanchored at the end, as upstream's pattern", []string{"4.logs"}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "app")
+			if tc.files != nil {
+				if err := os.MkdirAll(filepath.Join(dir, "sub.log"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range tc.files {
+					if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := restartCountFromLogDir(dir); got != tc.want {
+				t.Errorf("restartCountFromLogDir() = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

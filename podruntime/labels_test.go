@@ -1,6 +1,7 @@
 package podruntime
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cri"
@@ -213,5 +215,32 @@ func TestRestartCountFromLogDir(t *testing.T) {
 				t.Errorf("restartCountFromLogDir() = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOrphanRunsRecordedPreStop: a pod gone from every source (known by its
+// name and UID only) still gets the preStop hook the kubelet (or nodelet)
+// recorded on its container, as upstream's killContainer restores it.
+func TestOrphanRunsRecordedPreStop(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	rt := &recordingRuntime{}
+	var hooked []string
+	m, _ := hookManager(rt, fakeHooks{fn: func(_ context.Context, name string) (string, error) {
+		hooked = append(hooked, name)
+		clk.Step(time.Second)
+		return "", nil
+	}}, clk)
+	withHook := &runtimeapi.ContainerStatus{Id: "a", State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Labels:      map[string]string{cri.LabelContainerName: "app"},
+		Annotations: map[string]string{"io.kubernetes.container.preStopHandler": `{"exec":{"command":["drain"]}}`}}
+	without := &runtimeapi.ContainerStatus{Id: "b", State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Labels: map[string]string{cri.LabelContainerName: "side"}}
+	orphan := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "uid-gone"}}
+	st := &pleg.PodStatus{Containers: []*runtimeapi.ContainerStatus{withHook, without}}
+	if err := m.KillPod(context.Background(), orphan, st, ptr.To[int64](10)); err != nil {
+		t.Fatal(err)
+	}
+	if len(hooked) != 1 || hooked[0] != "app" {
+		t.Errorf("preStop ran for %v, want [app]", hooked)
 	}
 }

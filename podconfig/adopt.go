@@ -3,6 +3,7 @@ package podconfig
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -39,7 +40,8 @@ func WithRuntimeLister(l RuntimeLister) Option {
 // made for a static pod of the same source (its annotations, which are the
 // pod's, say so, and its config hash is its UID), and its containers are the
 // manifest's (same names, and each container's recorded hash equals the
-// upstream hash of its spec: same image), the pod keeps that sandbox's UID: it
+// upstream hash of its spec: same image), and so are its labels and
+// annotations, the pod keeps that sandbox's UID: it
 // is adopted without a restart, and its mirror pod (annotated with that UID)
 // is kept. Otherwise the manifest changed since and the pod keeps its own UID:
 // the running one is replaced, as it would be by the kubelet. Of several
@@ -63,7 +65,7 @@ func AdoptedStaticPodUID(pod *v1.Pod, rt RuntimePods) types.UID {
 			a[podutil.AnnotationConfigSource] != source, a[podutil.AnnotationConfigHash] != uid:
 			continue
 		}
-		if !containersMatch(pod, types.UID(uid), rt.Containers) {
+		if !metaMatches(pod, sb) || !containersMatch(pod, types.UID(uid), rt.Containers) {
 			continue
 		}
 		if best == nil || sb.GetCreatedAt() > best.GetCreatedAt() {
@@ -74,6 +76,28 @@ func AdoptedStaticPodUID(pod *v1.Pod, rt RuntimePods) types.UID {
 		return pod.UID
 	}
 	return types.UID(best.GetMetadata().GetUid())
+}
+
+// metaMatches says whether the sandbox carries pod's labels and annotations,
+// as the kubelet puts them on it (the pod's own, plus its name, namespace and
+// UID labels and its config.* annotations): an edit of either since is a new
+// manifest.
+func metaMatches(pod *v1.Pod, sb *runtimeapi.PodSandbox) bool {
+	own := func(m map[string]string, skip func(string) bool) map[string]string {
+		out := map[string]string{}
+		for k, v := range m {
+			if !skip(k) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	isPodLabel := func(k string) bool {
+		return k == cri.LabelPodName || k == cri.LabelPodNamespace || k == cri.LabelPodUID
+	}
+	isConfig := func(k string) bool { return strings.HasPrefix(k, "kubernetes.io/config.") }
+	return maps.Equal(own(pod.Labels, isPodLabel), own(sb.GetLabels(), isPodLabel)) &&
+		maps.Equal(own(pod.Annotations, isConfig), own(sb.GetAnnotations(), isConfig))
 }
 
 // containersMatch says whether the runtime's containers of pod UID uid are

@@ -71,6 +71,7 @@ func TestAdoptedStaticPodUID(t *testing.T) {
 	tests := []struct {
 		name   string
 		source string // of the manifest pod; file unless set
+		pod    func(*v1.Pod)
 		rt     func(RuntimePods) RuntimePods
 		want   types.UID
 	}{
@@ -110,6 +111,19 @@ func TestAdoptedStaticPodUID(t *testing.T) {
 			r.Containers = append(r.Containers, container("other", "extra", "x", 20))
 			return r
 		}, want: kubeletUID},
+		{name: "labels and annotations carried over: adopted", pod: func(p *v1.Pod) {
+			p.Labels = map[string]string{"tier": "control-plane"}
+			p.Annotations["kubeadm.kubernetes.io/etcd.advertise-client-urls"] = "https://10.0.0.1:2379"
+		}, rt: func(r RuntimePods) RuntimePods {
+			r.Sandboxes[0].Labels["tier"] = "control-plane"
+			r.Sandboxes[0].Annotations["kubeadm.kubernetes.io/etcd.advertise-client-urls"] = "https://10.0.0.1:2379"
+			return r
+		}, want: kubeletUID},
+		{name: "a label edited", pod: func(p *v1.Pod) { p.Labels = map[string]string{"tier": "control-plane"} }, want: own},
+		{name: "an annotation removed", rt: func(r RuntimePods) RuntimePods {
+			r.Sandboxes[0].Annotations["note"] = "x"
+			return r
+		}, want: own},
 		{name: "sandbox not ready", rt: func(r RuntimePods) RuntimePods {
 			r.Sandboxes[0].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 			return r
@@ -160,7 +174,11 @@ func TestAdoptedStaticPodUID(t *testing.T) {
 			if tt.rt != nil {
 				rt = tt.rt(rt)
 			}
-			if got := AdoptedStaticPodUID(manifestPod(source), rt); got != tt.want {
+			pod := manifestPod(source)
+			if tt.pod != nil {
+				tt.pod(pod)
+			}
+			if got := AdoptedStaticPodUID(pod, rt); got != tt.want {
 				t.Errorf("AdoptedStaticPodUID() = %q, want %q", got, tt.want)
 			}
 		})
@@ -232,9 +250,10 @@ func TestFileSourceAdoptsKubeletPod(t *testing.T) {
 		t.Errorf("runtime listed %d times, want once", lists)
 	}
 
-	// An edit (same containers and images) is a new pod: nodelet's UID.
+	// An edit is a new pod with nodelet's UID, even one that the start-up
+	// rule would adopt (same containers, images, labels and annotations).
 	rt = kubeletPod(kubeletUID)
-	writeFile(t, file, strings.Replace(etcdManifest, "namespace: kube-system", "namespace: kube-system\n  labels: {tier: control-plane}", 1))
+	writeFile(t, file, strings.Replace(etcdManifest, "image: registry.k8s.io/etcd:3.6.0", "image: registry.k8s.io/etcd:3.6.0\n    command: [etcd]", 1))
 	c.readFileSource(context.Background(), dir)
 	rm, add := next(t, c), next(t, c)
 	if rm.Op != OpRemove || rm.Pods[0].UID != kubeletUID {

@@ -41,6 +41,7 @@ import (
 	"github.com/nodelet/nodelet/dra"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
+	nodeletversion "github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
@@ -57,9 +58,8 @@ import (
 	"github.com/nodelet/nodelet/volumes"
 )
 
-// Version is the version nodelet reports (nodeInfo.kubeletVersion). It tracks
-// the Kubernetes minor whose behaviour nodelet implements.
-const Version = "v1.37.2-nodelet"
+// userAgent names nodelet and its version on every API request.
+func userAgent() string { return "nodelet/" + nodeletversion.Get().GitVersion }
 
 // maxWaitForContainerRuntime is how long start-up waits for the CRI socket.
 const maxWaitForContainerRuntime = 30 * time.Second
@@ -162,9 +162,18 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if opts.HostnameOverride != "" {
 		hostname = nodeName
 	}
-	logger.Info("Starting nodelet", "version", Version, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
+	logger.Info("Starting nodelet", "version", nodeletversion.Get().GitVersion, "node", nodeName, "rootDir", opts.RootDir, "config", opts.ConfigFile)
 	for _, w := range config.ServingWarnings(opts) {
 		logger.Error(nil, w.Message, "setting", w.Setting, "value", w.Value, "address", w.Address, "fix", w.Fix)
+	}
+
+	// The kubelet loads its API credential before it looks at the runtime: a
+	// missing bootstrap kubeconfig stops it at once, naming the file, rather
+	// than after the wait for the runtime.
+	if opts.Kubeconfig != "" {
+		if err := certificate.CheckBootstrapKubeconfig(opts.Kubeconfig, opts.BootstrapKubeconfig, time.Now()); err != nil {
+			return nil, err
+		}
 	}
 
 	showHidden, err := showHiddenMetrics(kc.ShowHiddenMetricsForVersion)
@@ -306,7 +315,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 		Labels:   opts.NodeLabels,
 		Kubelet:  kc,
 		RootDir:  opts.RootDir,
-		Version:  Version,
+		Version:  nodeletversion.Get().GitVersion,
 
 		ExternalCloudProvider: external,
 		AppArmorEnabled:       appArmor,
@@ -605,7 +614,7 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	// The Summary, measured every housekeeping period in the background:
 	// /stats/summary, /metrics/resource and eviction read the last one.
 	statsCache := stats.NewCache(newStatsProvider(kc, nodeName, opts.RootDir, sandboxImage, cg, sysContainers, rt, loop.ActivePods, volStats, clk),
-		stats.DefaultHousekeepingPeriod, clk)
+		opts.HousekeepingInterval, clk)
 	evictions, err := newEvictionManager(kc, nodeName, statsCache, nodeCtl, loop, gcs, recorder, clk, reg, func(c []v1.NodeConditionType) {
 		pressure.set(c)
 		nodeCtl.TriggerStatusUpdate()
@@ -824,7 +833,7 @@ func newClients(kubeconfig string, kc *kubeletconfigv1beta1.KubeletConfiguration
 
 // newClientsForConfig is newClients for a loaded (possibly rotating) configuration.
 func newClientsForConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration) (kubernetes.Interface, kubernetes.Interface, error) {
-	rc.UserAgent = "nodelet/" + Version
+	rc.UserAgent = userAgent()
 	if kc.KubeAPIQPS == nil {
 		rc.QPS = 50
 	} else {
@@ -912,7 +921,20 @@ func newMetricsRegistry(nodeName string, mode cgroups.Mode) *prometheus.Registry
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
 	)
 	registerNodeGauges(reg, nodeName, mode)
+	registerBuildInfo(reg)
 	return reg
+}
+
+// registerBuildInfo exports upstream's kubernetes_build_info (component-base's
+// metrics/prometheus/version registers it in the legacy registry, which
+// nodelet does not serve) with nodelet's version record.
+func registerBuildInfo(reg prometheus.Registerer) {
+	info := nodeletversion.Get()
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kubernetes_build_info",
+		Help: "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running."},
+		[]string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"})
+	g.WithLabelValues(info.Major, info.Minor, info.GitVersion, info.GitCommit, info.GitTreeState, info.BuildDate, info.GoVersion, info.Compiler, info.Platform).Set(1)
+	reg.MustRegister(g)
 }
 
 // registerNodeGauges exports upstream's constant node facts: kubelet_node_name{node}

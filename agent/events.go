@@ -15,7 +15,7 @@ import (
 // means no limit, as documented (client-go alone would read 0 as its default 5).
 func eventClientConfig(rc *rest.Config, kc *kubeletconfigv1beta1.KubeletConfiguration) *rest.Config {
 	ec := rest.CopyConfig(rc)
-	ec.UserAgent = "nodelet/" + Version
+	ec.UserAgent = userAgent()
 	ec.RateLimiter = nil
 	ec.QPS = float32(ptr.Deref(kc.EventRecordQPS, 50))
 	ec.Burst = int(kc.EventBurst)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -48,6 +49,36 @@ kubelet_node_name{node="node-a"} 1
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp)); err != nil {
 			t.Errorf("%v: %v", mode, err)
 		}
+	}
+}
+
+// kubernetes_build_info carries the version the Node reports, with upstream's
+// labels, so dashboards that join on it see a v1.37.2 node.
+func TestRegisterBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	registerBuildInfo(reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(families) != 1 || families[0].GetName() != "kubernetes_build_info" || len(families[0].GetMetric()) != 1 {
+		t.Fatalf("gathered %v", families)
+	}
+	m := families[0].GetMetric()[0]
+	labels := map[string]string{}
+	var names []string
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+		names = append(names, l.GetName())
+	}
+	if got, want := strings.Join(names, ","), "build_date,compiler,git_commit,git_tree_state,git_version,go_version,major,minor,platform"; got != want {
+		t.Errorf("labels %s, want upstream's %s", got, want)
+	}
+	if labels["git_version"] != "v1.37.2+nodelet" || labels["major"] != "1" || labels["minor"] != "37" || labels["go_version"] != runtime.Version() {
+		t.Errorf("labels %v", labels)
+	}
+	if m.GetGauge().GetValue() != 1 {
+		t.Errorf("value %v, want 1", m.GetGauge().GetValue())
 	}
 }
 

@@ -158,7 +158,7 @@ const (
 // limiter of its own.
 func newAuthClient(rc *rest.Config) (kubernetes.Interface, error) {
 	ac := rest.CopyConfig(rc)
-	ac.UserAgent = "nodelet/" + Version
+	ac.UserAgent = userAgent()
 	ac.QPS, ac.Burst = authClientQPS, authClientBurst
 	ac.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(ac.QPS, ac.Burst)
 	c, err := kubernetes.NewForConfig(ac)

@@ -12,7 +12,7 @@ cd "$REPO"
 export PATH=/usr/local/go/bin:$PATH
 NODELET=${NODELET_BIN:-}
 if [[ -z "$NODELET" ]]; then
-	go build -o _output/nodelet ./cmd/nodelet
+	bash hack/build.sh
 	NODELET=$REPO/_output/nodelet
 fi
 KUBELET=${KUBELET_BIN:-/var/cache/nodelet-rig/v1.37.2/bin/kubelet}

@@ -17,7 +17,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 export PATH=/usr/local/go/bin:$PATH
-go build -o _output/nodelet ./cmd/nodelet
+bash hack/build.sh
 KUBELET=${KUBELET_BIN:-/var/cache/nodelet-rig/v1.37.2/bin/kubelet}
 declare -A bins=([nodelet]="$REPO/_output/nodelet")
 [ -x "$KUBELET" ] && bins[kubelet]=$KUBELET || echo "no upstream kubelet at $KUBELET: run bench/build-kubelet.sh for the comparison"

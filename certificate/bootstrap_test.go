@@ -327,3 +327,45 @@ func TestWriteKubeconfigAtomicAndPrivate(t *testing.T) {
 		t.Errorf("temporary files left: %v", left)
 	}
 }
+
+// A missing bootstrap kubeconfig, when the TLS bootstrap is needed, fails at
+// once with upstream's wording naming the file, as the kubelet's start does.
+func TestCheckBootstrapKubeconfig(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	missing := filepath.Join(dir, "bootstrap-kubelet.conf")
+	want := "unable to load bootstrap kubeconfig: stat " + missing + ": no such file or directory"
+
+	if err := CheckBootstrapKubeconfig(kubeconfig, missing, now); err == nil || err.Error() != want {
+		t.Errorf("no kubeconfig, no bootstrap kubeconfig: %v, want %q", err, want)
+	}
+	if err := CheckBootstrapKubeconfig(kubeconfig, "", now); err != nil {
+		t.Errorf("no --bootstrap-kubeconfig: %v, want nil (the kubeconfig's own error comes later)", err)
+	}
+	// A valid kubeconfig makes the bootstrap kubeconfig irrelevant, as upstream.
+	c, k := ca.clientPair(t, testNode, now.Add(-time.Hour), now.Add(time.Hour))
+	writeKubeconfigFile(t, kubeconfig, "https://127.0.0.1:1", ca.certPEM, "", c, k)
+	if err := CheckBootstrapKubeconfig(kubeconfig, missing, now); err != nil {
+		t.Errorf("valid kubeconfig: %v, want nil", err)
+	}
+	// An expired one needs the bootstrap.
+	c, k = ca.clientPair(t, testNode, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	writeKubeconfigFile(t, kubeconfig, "https://127.0.0.1:1", ca.certPEM, "", c, k)
+	if err := CheckBootstrapKubeconfig(kubeconfig, missing, now); err == nil || err.Error() != want {
+		t.Errorf("expired kubeconfig: %v, want %q", err, want)
+	}
+	writeKubeconfigFile(t, missing, "https://127.0.0.1:1", ca.certPEM, "abcdef.0123456789abcdef", nil, nil)
+	if err := CheckBootstrapKubeconfig(kubeconfig, missing, now); err != nil {
+		t.Errorf("bootstrap kubeconfig present: %v", err)
+	}
+
+	// NewClient fails at once too, rather than retrying a file that is not there.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := NewClient(ctx, ClientOptions{Kubeconfig: filepath.Join(dir, "none.conf"), BootstrapKubeconfig: filepath.Join(dir, "none-bootstrap.conf"), CertDir: filepath.Join(dir, "pki"), NodeName: testNode})
+	if err == nil || !strings.Contains(err.Error(), "unable to load bootstrap kubeconfig: stat "+filepath.Join(dir, "none-bootstrap.conf")) || ctx.Err() != nil {
+		t.Errorf("NewClient: %v (ctx %v), want an immediate failure naming the file", err, ctx.Err())
+	}
+}

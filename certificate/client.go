@@ -92,6 +92,11 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 		} else {
 			logger.Info("Using the bootstrap kubeconfig to get a client certificate", "reason", reason,
 				"kubeconfig", opts.Kubeconfig, "bootstrapKubeconfig", opts.BootstrapKubeconfig, "certDir", opts.CertDir)
+			// A bootstrap kubeconfig that cannot be loaded now stops the start,
+			// as upstream; one that breaks between attempts is retried.
+			if err := CheckBootstrapKubeconfig(opts.Kubeconfig, opts.BootstrapKubeconfig, clk.Now()); err != nil {
+				return nil, err
+			}
 			if err := c.bootstrap(ctx); err != nil {
 				return nil, err
 			}

@@ -44,6 +44,31 @@ func LoadRESTConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// CheckBootstrapKubeconfig fails at once, as the kubelet does before it
+// starts anything else, when the TLS bootstrap is needed (a bootstrap
+// kubeconfig is given and the kubeconfig is not usable) and the bootstrap
+// kubeconfig cannot be loaded. The wording is upstream's
+// (pkg/kubelet/certificate/bootstrap): "unable to load bootstrap kubeconfig:
+// stat /etc/kubernetes/bootstrap-kubelet.conf: no such file or directory".
+func CheckBootstrapKubeconfig(kubeconfig, bootstrapKubeconfig string, now time.Time) error {
+	if bootstrapKubeconfig == "" {
+		return nil
+	}
+	valid, _, err := KubeconfigStillValid(kubeconfig, now)
+	if err != nil || valid {
+		return err
+	}
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: bootstrapKubeconfig}
+	raw, err := rules.Load()
+	if err == nil {
+		_, err = clientcmd.NewNonInteractiveClientConfig(*raw, raw.CurrentContext, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("unable to load bootstrap kubeconfig: %w", err)
+	}
+	return nil
+}
+
 // KubeconfigStillValid applies the upstream rule for "is there a usable
 // kubeconfig, or must nodelet bootstrap": the file must exist, load, carry a
 // client certificate and key that belong together, and no certificate in it

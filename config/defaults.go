@@ -15,6 +15,9 @@ const (
 	// DefaultRootDir and DefaultCertDir are the upstream --root-dir and --cert-dir defaults.
 	DefaultRootDir = "/var/lib/kubelet"
 	DefaultCertDir = "/var/lib/kubelet/pki"
+	// DefaultHousekeepingInterval is the kubelet's --housekeeping-interval
+	// default (it overrides cAdvisor's 1s).
+	DefaultHousekeepingInterval = 10 * time.Second
 	// DefaultPodLogsDir is where container logs are written.
 	DefaultPodLogsDir = "/var/log/pods"
 

@@ -143,8 +143,8 @@ func changedPaths(t *testing.T, a, b *kubeletconfigv1beta1.KubeletConfiguration)
 // refusal at Load naming the flag, unless given its default.
 func TestUpstreamFlags(t *testing.T) {
 	want := readUpstreamFlags(t)
-	if len(want) != 131 {
-		t.Errorf("upstream-flags.txt lists %d flags, want the kubelet's 131", len(want))
+	if len(want) != 132 {
+		t.Errorf("upstream-flags.txt lists %d flags, want the kubelet's 132", len(want))
 	}
 	fs := newFlagSet(&flagValues{}, flagsOnlyConfig())
 	var have []string
@@ -549,5 +549,22 @@ func TestDeployDropInCommandLine(t *testing.T) {
 	if o.Config.MaxPods != 60 || o.NodeLabels["example.com/pool"] != "a" || o.CloudProvider != "external" ||
 		o.Kubeconfig != "/etc/kubernetes/kubelet.conf" || o.Config.ContainerRuntimeEndpoint != "unix:///var/run/containerd/containerd.sock" {
 		t.Errorf("from the drop-in (%q): maxPods=%d labels=%v cloudProvider=%q kubeconfig=%q", args, o.Config.MaxPods, o.NodeLabels, o.CloudProvider, o.Kubeconfig)
+	}
+}
+
+// --housekeeping-interval is upstream's (cAdvisor's flag, re-registered by the
+// kubelet): a kubeadm-flags.env or unit that passes it must start nodelet.
+func TestLoadHousekeepingInterval(t *testing.T) {
+	if o := mustLoad(t); o.HousekeepingInterval != 10*time.Second {
+		t.Errorf("default %v, want the kubelet's 10s", o.HousekeepingInterval)
+	}
+	if o := mustLoad(t, "--housekeeping-interval=30s"); o.HousekeepingInterval != 30*time.Second || len(o.Warnings) != 0 {
+		t.Errorf("--housekeeping-interval=30s: %v, warnings %q", o.HousekeepingInterval, o.Warnings)
+	}
+	if _, err := Load([]string{"--housekeeping-interval=0s"}); err == nil || !strings.Contains(err.Error(), "--housekeeping-interval=0s: must be greater than zero") {
+		t.Errorf("--housekeeping-interval=0s: %v", err)
+	}
+	if !strings.Contains(Usage(), "--housekeeping-interval duration") || !strings.Contains(Usage(), "Interval between container housekeepings (default 10s)") {
+		t.Errorf("--help does not list --housekeeping-interval as upstream")
 	}
 }

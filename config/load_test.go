@@ -621,7 +621,7 @@ func TestLoadCommandLineErrors(t *testing.T) {
 func TestLoadDeploySamples(t *testing.T) {
 	o := mustLoad(t, "--config", "../deploy/config.yaml")
 	kc := o.Config
-	if kc.StaticPodPath != "/etc/kubernetes/manifests" || kc.CgroupDriver != "cgroupfs" ||
+	if kc.StaticPodPath != "/etc/kubernetes/manifests" || kc.CgroupDriver != "systemd" ||
 		kc.ContainerRuntimeEndpoint != DefaultContainerRuntimeEndpoint || *kc.FailCgroupV1 {
 		t.Errorf("deploy/config.yaml: %+v", kc)
 	}

@@ -58,6 +58,11 @@ type Options struct {
 	// RuntimeCgroups is --runtime-cgroups: the container runtime's cgroup, reported
 	// as the summary's "runtime" system container (upstream no longer moves it).
 	RuntimeCgroups string
+	// HousekeepingInterval is --housekeeping-interval, which upstream takes from
+	// cAdvisor (its container housekeeping, default 10s as the kubelet
+	// overrides it): how often nodelet measures the stats behind
+	// /stats/summary, /metrics/resource and eviction.
+	HousekeepingInterval time.Duration
 	// ContainerGC is the container GC policy of the deprecated flags; nil
 	// means upstream's defaults. Load always sets it.
 	ContainerGC *ContainerGCFlags
@@ -129,6 +134,7 @@ func refusedFlags() []refusedFlag {
 func newFlagSet(f *flagValues, kc *kubeletconfigv1beta1.KubeletConfiguration) *pflag.FlagSet {
 	f.opts.CertDir = DefaultCertDir
 	f.opts.RootDir = DefaultRootDir
+	f.opts.HousekeepingInterval = DefaultHousekeepingInterval
 	f.gc = ContainerGCFlags{MaxPerPodContainer: 1, MaxContainers: -1}
 
 	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
@@ -150,6 +156,9 @@ func newFlagSet(f *flagValues, kc *kubeletconfigv1beta1.KubeletConfiguration) *p
 	fs.StringVar(&o.PodInfraContainerImage, "pod-infra-container-image", "", "Specified image will not be pruned by the image garbage collector.")
 	_ = fs.MarkDeprecated("pod-infra-container-image", "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.")
 	fs.StringVar(&o.RuntimeCgroups, "runtime-cgroups", "", "Optional absolute name of the container runtime's cgroup, reported as the \"runtime\" system container in the stats summary.")
+	// Upstream re-registers cAdvisor's Go flag housekeeping_interval under
+	// this name (cmd/kubelet/app/options/globalflags_linux.go), not deprecated.
+	fs.DurationVar(&o.HousekeepingInterval, "housekeeping-interval", o.HousekeepingInterval, "Interval between container housekeepings")
 	fs.StringVar(&o.ImageCredentialProviderConfig, "image-credential-provider-config", "", "Path to a credential provider plugin config file or directory.")
 	fs.StringVar(&o.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", "", "The path to the directory where credential provider plugin binaries are located.")
 	fs.StringVar(&f.lockFile, "lock-file", "", "<Warning: Alpha feature> The path to file for kubelet to use as a lock file. Not built into nodelet: refused unless empty.")
@@ -388,6 +397,10 @@ func Load(args []string) (*Options, error) {
 	}
 	if err := validateNodeLabels(f.labels); err != nil {
 		errs = append(errs, fmt.Errorf("--node-labels: %w", err))
+	}
+	// A zero period would measure in a busy loop (a ticker refuses it).
+	if opts.HousekeepingInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--housekeeping-interval=%s: must be greater than zero", opts.HousekeepingInterval))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))

@@ -81,7 +81,7 @@ CONF_CACHE=$(bash test/conformance/build.sh | tail -1)
 if [[ $AGENT == kubelet ]]; then
 	AGENT_BIN=$(bash bench/build-kubelet.sh | tail -1)
 else
-	go build -o _output/nodelet ./cmd/nodelet
+	bash hack/build.sh
 	AGENT_BIN=$REPO/_output/nodelet
 fi
 

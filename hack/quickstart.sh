@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nodelet quickstart: on a fresh Debian 12 machine (as root) install containerd + runc
-# from Debian, build two local images (no registry is needed: busybox from Debian's
+# from Debian (and go.mod's Go from the Go module proxy when /usr/local/go lacks it), build two local images (no registry is needed: busybox from Debian's
 # busybox-static, and a tiny pause image), start a containerd of its own, build nodelet
 # and run it in the foreground in standalone mode with the demo static pod from
 # deploy/manifests/demo.yaml. Stop it with Ctrl-C: the pod keeps running, and the next
@@ -32,9 +32,16 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
 
+# Debian 12's apt has no Go this new: go.mod's version from the Go module proxy. (An
+# older Go already on PATH fetches go.mod's toolchain itself, GOTOOLCHAIN=auto.)
+if ! command -v go >/dev/null; then
+	log "installing Go (go.mod's version) into /usr/local/go"
+	bash "$REPO/hack/install-go.sh"
+fi
+
 log "building nodelet and the image tools"
 mkdir -p "$QS/bin" "$QS/images" "$RUN" "$MANIFESTS"
-(cd "$REPO" && go build -o _output/nodelet ./cmd/nodelet &&
+(cd "$REPO" && bash hack/build.sh &&
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$QS/bin/pause" ./test/rig/pause &&
 	go build -o "$QS/bin/mkimage" ./test/rig/mkimage)
 "$QS/bin/mkimage" -kind busybox -bin /bin/busybox -name nodelet.local/busybox:latest -o "$QS/images/busybox.tar"

@@ -148,7 +148,7 @@ section "fuzz targets" 420
 bash hack/fuzz.sh
 
 section "build nodelet" 90
-go build -o _output/nodelet ./cmd/nodelet
+bash hack/build.sh
 export NODELET_BIN=$REPO/_output/nodelet
 
 if [[ "${SKIP_E2E:-0}" == 1 ]]; then

@@ -112,7 +112,7 @@ func newHarness(t *testing.T, mutate func(*Config), objects ...k8sruntime.Object
 		NodeIPs:  []net.IP{net.ParseIP("10.0.0.5")},
 		Labels:   map[string]string{"example.com/role": "worker"},
 		Kubelet:  testKubeletConfig(),
-		Version:  "v1.37.2-nodelet",
+		Version:  "v1.37.2+nodelet",
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -225,7 +225,7 @@ func TestRegisterCreatesNode(t *testing.T) {
 	wantInfo := v1.NodeSystemInfo{
 		MachineID: "machine-id", SystemUUID: "system-uuid", BootID: "boot-id", KernelVersion: "6.18.0",
 		OSImage: "Debian GNU/Linux 12 (bookworm)", ContainerRuntimeVersion: "containerd://1.6.20",
-		KubeletVersion: "v1.37.2-nodelet", OperatingSystem: "linux", Architecture: runtime.GOARCH,
+		KubeletVersion: "v1.37.2+nodelet", OperatingSystem: "linux", Architecture: runtime.GOARCH,
 		Swap: &v1.NodeSwapStatus{Capacity: ptr.To(2 * gi)},
 	}
 	if !reflect.DeepEqual(n.Status.NodeInfo, wantInfo) {

@@ -8,17 +8,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/agent"
 	"github.com/nodelet/nodelet/config"
+	nodeletversion "github.com/nodelet/nodelet/internal/version"
 )
 
 func main() {
@@ -71,40 +68,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // printVersion prints what `kubelet --version` does ("Kubernetes vX.Y.Z"),
-// or with --version=raw the whole version record.
+// or with --version=raw the whole version record, in component-base's
+// verflag formats. verflag itself is not used: it prints to os.Stdout and
+// exits, and its flag value is package-global, shared by every Load.
 func printVersion(w io.Writer, raw bool) {
-	info := versionInfo()
+	info := nodeletversion.Get()
 	if raw {
 		fmt.Fprintf(w, "%#v\n", info)
 		return
 	}
-	fmt.Fprintf(w, "Kubernetes %s\n", info.GitVersion)
-}
-
-// versionInfo is the version record upstream's --version=raw prints, filled
-// from agent.Version and the build's own metadata.
-func versionInfo() version.Info {
-	info := version.Info{
-		GitVersion:   agent.Version,
-		GitTreeState: "",
-		GoVersion:    runtime.Version(),
-		Compiler:     runtime.Compiler,
-		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
-	}
-	if parts := strings.SplitN(strings.TrimPrefix(agent.Version, "v"), ".", 3); len(parts) >= 2 {
-		info.Major, info.Minor = parts[0], parts[1]
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				info.GitCommit = s.Value
-			case "vcs.modified":
-				info.GitTreeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
-			case "vcs.time":
-				info.BuildDate = s.Value
-			}
-		}
-	}
-	return info
+	fmt.Fprintf(w, "Kubernetes %s\n", info)
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2"
-
-	"github.com/nodelet/nodelet/agent"
 )
 
 func TestRunHelpExitsZero(t *testing.T) {
@@ -27,12 +25,13 @@ func TestRunHelpExitsZero(t *testing.T) {
 
 func TestRunVersion(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run([]string{"--version"}, &out, &errOut); code != 0 || out.String() != "Kubernetes "+agent.Version+"\n" {
-		t.Errorf("--version: exit %d, stdout %q, want %q", code, out.String(), "Kubernetes "+agent.Version+"\n")
+	// Exactly the kubelet's line: kubeadm's preflight parses it.
+	if code := run([]string{"--version"}, &out, &errOut); code != 0 || out.String() != "Kubernetes v1.37.2+nodelet\n" {
+		t.Errorf("--version: exit %d, stdout %q, want %q", code, out.String(), "Kubernetes v1.37.2+nodelet\n")
 	}
 	out.Reset()
 	if code := run([]string{"--version=raw"}, &out, &errOut); code != 0 ||
-		!strings.HasPrefix(out.String(), `version.Info{Major:"1", Minor:"37", `) || !strings.Contains(out.String(), `GitVersion:"`+agent.Version+`"`) {
+		!strings.HasPrefix(out.String(), `version.Info{Major:"1", Minor:"37", `) || !strings.Contains(out.String(), `GitVersion:"v1.37.2+nodelet", GitCommit:"`) {
 		t.Errorf("--version=raw: exit %d, stdout %q", code, out.String())
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs (idempotently) the Debian 12 packages the e2e rig and the test
 # command need. Runs as root. Skips `apt-get update` when everything is already installed
-# (FORCE=1 always updates). Go is expected at /usr/local/go (not installed here).
+# (FORCE=1 always updates). Go is expected at /usr/local/go; when
+# there is none, hack/install-go.sh installs go.mod's version there.
 #
 # No service is started by the packages: a temporary policy-rc.d refuses service starts while
 # installing, so Debian's containerd does not come up on /run/containerd (the rig runs its own
@@ -71,7 +72,8 @@ for b in containerd ctr runc /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/li
 	fi
 done
 if [[ ! -x /usr/local/go/bin/go ]] && ! command -v go >/dev/null; then
-	log "Go not found (expected /usr/local/go/bin/go)"
-	exit 1
+	# A fresh Debian 12: go.mod's Go from the Go module proxy (apt has none that new).
+	log "Go not found: installing go.mod's into /usr/local/go"
+	bash "$(dirname "${BASH_SOURCE[0]}")/../../hack/install-go.sh"
 fi
 log "ok: $(containerd --version | head -1); $(runc --version | head -1)"

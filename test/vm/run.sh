@@ -59,7 +59,7 @@ echo "initramfs_build $(since "$t")" >>"$TIMINGS"
 
 t=$(date +%s.%N)
 log "building nodelet, rigcri, pause, mkimage"
-(cd "$REPO" && go build -o "$VM_DIR/in/nodelet" ./cmd/nodelet &&
+(cd "$REPO" && bash hack/build.sh -o "$VM_DIR/in/nodelet" &&
 	go build -o "$VM_DIR/in/rigcri" ./test/rig/rigcri &&
 	go test -c -o "$VM_DIR/in/cgroups.test" ./cgroups &&
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$VM_DIR/in/pause" ./test/rig/pause &&

@@ -565,99 +565,116 @@ networking:
 	t.Logf("kubeadm init configuration (%s):\n%s", path, cfg)
 }
 
-// clusterObject is something "kubeadm init phase upload-config/bootstrap-token" creates.
+// clusterObject is an object "kubeadm init phase upload-config/bootstrap-token" or
+// "kubeadm token create" may create.
 type clusterObject struct {
 	kind, ns, name string
 }
 
-// kubeadmInitObjects are the objects the two init phases create or update (kubeadm v1.37.2:
-// phases/uploadconfig, phases/kubelet, phases/bootstraptoken/{node,clusterinfo}).
-var kubeadmInitObjects = []clusterObject{
-	{"ConfigMap", "kube-system", "kubeadm-config"},
-	{"Role", "kube-system", "kubeadm:nodes-kubeadm-config"},
-	{"RoleBinding", "kube-system", "kubeadm:nodes-kubeadm-config"},
-	{"ConfigMap", "kube-system", "kubelet-config"},
-	{"Role", "kube-system", "kubeadm:kubelet-config"},
-	{"RoleBinding", "kube-system", "kubeadm:kubelet-config"},
-	{"ConfigMap", "kube-public", "cluster-info"},
-	{"Role", "kube-public", "kubeadm:bootstrap-signer-clusterinfo"},
-	{"RoleBinding", "kube-public", "kubeadm:bootstrap-signer-clusterinfo"},
-	{"ClusterRole", "", "kubeadm:get-nodes"},
-	{"ClusterRoleBinding", "", "kubeadm:get-nodes"},
-	{"ClusterRoleBinding", "", "kubeadm:kubelet-bootstrap"},
-	{"ClusterRoleBinding", "", "kubeadm:node-autoapprove-bootstrap"},
-	{"ClusterRoleBinding", "", "kubeadm:node-autoapprove-certificate-rotation"},
-	{"ClusterRoleBinding", "", "kubeadm:node-proxier"},
-	{"ClusterRoleBinding", "", "kubeadm:kube-apiserver-kubelet-client"},
-}
-
-func objectAPI(ctx context.Context, c kubernetes.Interface, o clusterObject) (get, del func() error) {
-	opts := metav1.GetOptions{}
-	dopts := metav1.DeleteOptions{}
-	switch o.kind {
-	case "ConfigMap":
-		api := c.CoreV1().ConfigMaps(o.ns)
-		return func() error { _, err := api.Get(ctx, o.name, opts); return err }, func() error { return api.Delete(ctx, o.name, dopts) }
-	case "Role":
-		api := c.RbacV1().Roles(o.ns)
-		return func() error { _, err := api.Get(ctx, o.name, opts); return err }, func() error { return api.Delete(ctx, o.name, dopts) }
-	case "RoleBinding":
-		api := c.RbacV1().RoleBindings(o.ns)
-		return func() error { _, err := api.Get(ctx, o.name, opts); return err }, func() error { return api.Delete(ctx, o.name, dopts) }
-	case "ClusterRole":
-		api := c.RbacV1().ClusterRoles()
-		return func() error { _, err := api.Get(ctx, o.name, opts); return err }, func() error { return api.Delete(ctx, o.name, dopts) }
-	case "ClusterRoleBinding":
-		api := c.RbacV1().ClusterRoleBindings()
-		return func() error { _, err := api.Get(ctx, o.name, opts); return err }, func() error { return api.Delete(ctx, o.name, dopts) }
-	}
-	panic("unknown kind " + o.kind)
-}
-
-// recordClusterObjects notes which of kubeadmInitObjects and the bootstrap token Secrets exist
-// now; the returned func deletes those made since (the rig's own bootstrap RBAC stays).
-func recordClusterObjects(ctx context.Context, t *testing.T, c kubernetes.Interface) func(context.Context) {
-	t.Helper()
-	existed := map[clusterObject]bool{}
-	for _, o := range kubeadmInitObjects {
-		get, _ := objectAPI(ctx, c, o)
-		err := get()
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Fatalf("getting %s %s/%s: %v", o.kind, o.ns, o.name, err)
+// kubeadmObjects lists what kubeadm's init phases and token create make (kubeadm v1.37.2:
+// phases/uploadconfig, phases/kubelet, phases/bootstraptoken/{node,clusterinfo}): the
+// ConfigMaps by name, the RBAC objects named "kubeadm:*", the bootstrap token Secrets.
+func kubeadmObjects(ctx context.Context, c kubernetes.Interface) (map[clusterObject]bool, error) {
+	objs := map[clusterObject]bool{}
+	for _, ns := range []string{"kube-system", "kube-public"} {
+		cms, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
 		}
-		existed[o] = err == nil
+		for _, o := range cms.Items {
+			if slices.Contains([]string{"kubeadm-config", "kubelet-config", "cluster-info"}, o.Name) {
+				objs[clusterObject{"ConfigMap", ns, o.Name}] = true
+			}
+		}
+		roles, err := c.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range roles.Items {
+			objs[clusterObject{"Role", ns, o.Name}] = true
+		}
+		rbs, err := c.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range rbs.Items {
+			objs[clusterObject{"RoleBinding", ns, o.Name}] = true
+		}
+	}
+	crs, err := c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range crs.Items {
+		objs[clusterObject{"ClusterRole", "", o.Name}] = true
+	}
+	crbs, err := c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range crbs.Items {
+		objs[clusterObject{"ClusterRoleBinding", "", o.Name}] = true
 	}
 	secrets, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	oldTokens := map[string]bool{}
-	for _, s := range secrets.Items {
-		oldTokens[s.Name] = true
+	for _, o := range secrets.Items {
+		objs[clusterObject{"Secret", "kube-system", o.Name}] = true
+	}
+	for o := range objs {
+		if (o.kind != "ConfigMap" && o.kind != "Secret") && !strings.HasPrefix(o.name, "kubeadm:") {
+			delete(objs, o)
+		}
+	}
+	return objs, nil
+}
+
+func deleteObject(ctx context.Context, c kubernetes.Interface, o clusterObject) error {
+	opts := metav1.DeleteOptions{}
+	switch o.kind {
+	case "ConfigMap":
+		return c.CoreV1().ConfigMaps(o.ns).Delete(ctx, o.name, opts)
+	case "Secret":
+		return c.CoreV1().Secrets(o.ns).Delete(ctx, o.name, opts)
+	case "Role":
+		return c.RbacV1().Roles(o.ns).Delete(ctx, o.name, opts)
+	case "RoleBinding":
+		return c.RbacV1().RoleBindings(o.ns).Delete(ctx, o.name, opts)
+	case "ClusterRole":
+		return c.RbacV1().ClusterRoles().Delete(ctx, o.name, opts)
+	case "ClusterRoleBinding":
+		return c.RbacV1().ClusterRoleBindings().Delete(ctx, o.name, opts)
+	}
+	return fmt.Errorf("unknown kind %s", o.kind)
+}
+
+// recordClusterObjects notes kubeadm's objects that exist now; the returned func deletes
+// those made since (the rig's own kubeadm-style bootstrap RBAC and token stay).
+func recordClusterObjects(ctx context.Context, t *testing.T, c kubernetes.Interface) func(context.Context) {
+	t.Helper()
+	before, err := kubeadmObjects(ctx, c)
+	if err != nil {
+		t.Fatalf("listing kubeadm's objects: %v", err)
 	}
 	return func(ctx context.Context) {
-		for _, o := range kubeadmInitObjects {
-			if existed[o] {
-				continue
-			}
-			if _, del := objectAPI(ctx, c, o); true {
-				if err := del(); err != nil && !apierrors.IsNotFound(err) {
-					t.Errorf("cleanup: deleting %s %s/%s: %v", o.kind, o.ns, o.name, err)
-				}
-			}
-		}
-		secrets, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
+		after, err := kubeadmObjects(ctx, c)
 		if err != nil {
-			t.Errorf("cleanup: listing bootstrap tokens: %v", err)
+			t.Errorf("cleanup: listing kubeadm's objects: %v", err)
 			return
 		}
-		for _, s := range secrets.Items {
-			if !oldTokens[s.Name] {
-				if err := c.CoreV1().Secrets("kube-system").Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					t.Errorf("cleanup: deleting bootstrap token %s: %v", s.Name, err)
-				}
+		var made []string
+		for o := range after {
+			if before[o] {
+				continue
+			}
+			made = append(made, o.kind+" "+strings.TrimPrefix(o.ns+"/"+o.name, "/"))
+			if err := deleteObject(ctx, c, o); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("cleanup: deleting %s %s/%s: %v", o.kind, o.ns, o.name, err)
 			}
 		}
+		slices.Sort(made)
+		t.Logf("cleanup: deleted what kubeadm made: %s", strings.Join(made, ", "))
 	}
 }
 

@@ -126,7 +126,8 @@ on_exit() {
 	STEP=""
 	local name
 	for name in "${!BG_PID[@]}"; do
-		kill -- "-${BG_PID[$name]}" 2>/dev/null || true
+		# The group, or the process itself if it has not made its group yet.
+		kill -- "-${BG_PID[$name]}" 2>/dev/null || kill "${BG_PID[$name]}" 2>/dev/null || true
 	done
 	if ((RIG_STARTED)) && [[ "${KEEP_RIG:-0}" != 1 ]]; then
 		printf '\n===== rig down =====\n'

@@ -463,7 +463,12 @@ func build(ctx context.Context, opts *config.Options, host hostPaths) (_ *agent,
 	if client != nil {
 		sources = append(sources, podutil.SourceAPI)
 	}
-	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...))
+	// The static sources adopt the static pods the kubelet left running, from
+	// what the runtime runs when they first read their manifests.
+	pods := podconfig.New(nodeName, clk, podconfig.WithSources(sources...),
+		podconfig.WithRuntimeLister(func(ctx context.Context) (podconfig.RuntimePods, error) {
+			return podconfig.ListRuntimePods(ctx, rt.ListPodSandbox, rt.ListContainers)
+		}))
 	if len(sources) == 0 {
 		logger.Info("None of staticPodPath, staticPodURL and a kubeconfig is set: nodelet has no pods to run")
 	}

@@ -48,7 +48,7 @@ type stateFile struct {
 var stateFiles = []stateFile{
 	{rootDir, allocation.AllocatedStateFile, `{"data":"{\"entries\":{\"pod1\":{\"ContainerResources\":{\"container1\":{\"requests\":{\"cpu\":\"1Ki\",\"memory\":\"1Ki\"}}}}}}","checksum":1178570812}`},
 	{rootDir, allocation.ActuatedStateFile, `{"data":"{\"entries\":{\"pod1\":{\"ContainerResources\":{\"container1\":{\"requests\":{\"cpu\":\"1Ki\",\"memory\":\"1Ki\"}}}}}}","checksum":1178570812}`},
-	{rootDir, "device-plugins/kubelet_internal_checkpoint", `{"Data":{"PodDeviceEntries":[{"PodUID":"pod1","ContainerName":"c","ResourceName":"example.com/gpu","DeviceIDs":["g0"],"AllocResp":null}],"RegisteredDevices":{"example.com/gpu":["g0"]}},"Checksum":3136877704}`},
+	{rootDir, "device-plugins/kubelet_internal_checkpoint", `{"Data":{"PodDeviceEntries":[{"PodUID":"pod1","ContainerName":"c","ResourceName":"example.com/gpu","DeviceIDs":{"-1":["g0"]},"AllocResp":null}],"RegisteredDevices":{"example.com/gpu":["g0"]}},"Checksum":2193228574}`},
 	{rootDir, "image_gc_state.json", `{"images":{"sha256:aaaa":{"firstDetected":"2026-12-06T20:00:00Z","lastUsed":"2026-12-06T20:00:00Z"}}}`},
 	{rootDir, "pods/uid-corrupt/userns", `{"uidMappings":[{"hostId":65536,"containerId":0,"length":65536}],"gidMappings":[{"hostId":65536,"containerId":0,"length":65536}]}`},
 	{rootDir, "image_manager/pulled/sha256-" + strings.Repeat("a", 64), `{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","imageRef":"sha256:aaaa","nodeWideCredentials":true}`},

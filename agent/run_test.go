@@ -213,6 +213,12 @@ func buildRunStop(t *testing.T, configure func(*config.Options), wantClosers ...
 // buildRunStopWhile is buildRunStop that calls running, when not nil, once
 // the static pod is probed and before the stop.
 func buildRunStopWhile(t *testing.T, configure func(*config.Options), running func(*agent), wantClosers ...string) *fakecri.Runtime {
+	return buildRunStopOn(t, nil, configure, running, wantClosers...)
+}
+
+// buildRunStopOn is buildRunStopWhile on a fake runtime that prepare, when not
+// nil, fills before nodelet starts (its calls are not in Calls).
+func buildRunStopOn(t *testing.T, prepare func(*fakecri.Runtime, *config.Options), configure func(*config.Options), running func(*agent), wantClosers ...string) *fakecri.Runtime {
 	bus := dbustest.Start(t, 30*time.Second)
 	t.Setenv(envSystemBus, bus.Addr())
 	t.Setenv(envLogindDropIn, bus.DropIn)
@@ -231,6 +237,10 @@ func buildRunStopWhile(t *testing.T, configure func(*config.Options), running fu
 	opts := testOptions(t, rt.Endpoint())
 	if configure != nil {
 		configure(opts)
+	}
+	if prepare != nil {
+		prepare(rt, opts)
+		rt.ResetCalls()
 	}
 	defer leakcheck.Check(t)()
 

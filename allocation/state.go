@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	checkpointsum "github.com/nodelet/nodelet/internal/checkpoint"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
 	"github.com/nodelet/nodelet/internal/periodic"
 )
 
@@ -59,23 +59,23 @@ func (info PodResourceInfo) DeepCopy() PodResourceInfo {
 	return out
 }
 
-// checkpoint is the file's envelope: Data is the JSON of checkpointData and
-// Checksum upstream's checksum of Data.
+// checkpoint is the file's envelope, upstream's: Data is the JSON of
+// checkpointData and Checksum upstream's checksum of the Data string.
 type checkpoint struct {
-	Data     string `json:"data"`
-	Checksum uint64 `json:"checksum"`
+	Data     string            `json:"data"`
+	Checksum checksum.Checksum `json:"checksum"`
 }
 
 type checkpointData struct {
 	Entries map[types.UID]PodResourceInfo `json:"entries,omitempty"`
 }
 
-func encode(pods map[types.UID]PodResourceInfo) ([]byte, uint64, error) {
+func encode(pods map[types.UID]PodResourceInfo) ([]byte, checksum.Checksum, error) {
 	data, err := json.Marshal(checkpointData{Entries: pods})
 	if err != nil {
 		return nil, 0, fmt.Errorf("serializing pod resources for checkpointing: %w", err)
 	}
-	cp := checkpoint{Data: string(data), Checksum: checkpointsum.Checksum(string(data))}
+	cp := checkpoint{Data: string(data), Checksum: checksum.New(string(data))}
 	blob, err := json.Marshal(cp)
 	if err != nil {
 		return nil, 0, fmt.Errorf("serializing the pod resources checkpoint: %w", err)
@@ -83,13 +83,13 @@ func encode(pods map[types.UID]PodResourceInfo) ([]byte, uint64, error) {
 	return blob, cp.Checksum, nil
 }
 
-func decode(blob []byte) (map[types.UID]PodResourceInfo, uint64, error) {
+func decode(blob []byte) (map[types.UID]PodResourceInfo, checksum.Checksum, error) {
 	var cp checkpoint
 	if err := json.Unmarshal(blob, &cp); err != nil {
 		return nil, 0, err
 	}
-	if got := checkpointsum.Checksum(cp.Data); got != cp.Checksum {
-		return nil, 0, fmt.Errorf("checkpoint is corrupted: checksum %d, expected %d", got, cp.Checksum)
+	if err := cp.Checksum.Verify(cp.Data); err != nil {
+		return nil, 0, err
 	}
 	var data checkpointData
 	if err := json.Unmarshal([]byte(cp.Data), &data); err != nil {
@@ -105,7 +105,7 @@ type State struct {
 
 	mu           sync.Mutex
 	pods         map[types.UID]PodResourceInfo
-	lastChecksum uint64
+	lastChecksum checksum.Checksum
 	// behind says the file lacks a change whose write failed (ENOSPC...):
 	// Flush writes it again, so a failed write is retried, not forgotten.
 	behind bool

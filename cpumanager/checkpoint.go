@@ -4,83 +4,57 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/atomicfile"
 	"hash/fnv"
 	"io/fs"
 	"os"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodelet/nodelet/cpumanager/internal/state"
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // CheckpointFile is the checkpoint's name under the kubelet root dir.
 const CheckpointFile = "cpu_manager_state"
 
-// checkpoint is upstream's cpu_manager_state (v2) JSON shape.
-type checkpoint struct {
-	PolicyName    string                       `json:"policyName"`
-	DefaultCPUSet string                       `json:"defaultCpuSet"`
-	Entries       map[string]map[string]string `json:"entries,omitempty"`
-	Checksum      uint32                       `json:"checksum"`
-}
-
-// sum is FNV-32a over the checkpoint's JSON with the checksum zeroed. The
-// shape is upstream's; the checksum is nodelet's own (upstream hashes a dump
-// of its Go struct), so a file written by one is not verified by the other.
-func (c checkpoint) sum() (uint32, error) {
-	c.Checksum = 0
-	b, err := json.Marshal(c)
-	if err != nil {
-		return 0, fmt.Errorf("encoding CPU manager checkpoint: %w", err)
-	}
-	h := fnv.New32a()
-	h.Write(b)
-	return h.Sum32(), nil
-}
-
-// encodeCheckpoint renders a state for policy.
+// encodeCheckpoint renders a state for policy as kubelet v1.37 writes it
+// (internal/state), so either can read the other's file after a swap.
 func encodeCheckpoint(policy string, s State) ([]byte, error) {
-	c := checkpoint{PolicyName: policy, DefaultCPUSet: s.DefaultCPUSet.String()}
+	d := state.CPUManagerCheckpointData{PolicyName: policy, DefaultCPUSet: s.DefaultCPUSet.String(), Entries: map[string]map[string]string{}}
 	for pod, cs := range s.Assignments {
+		d.Entries[pod] = make(map[string]string, len(cs))
 		for name, set := range cs {
-			if c.Entries == nil {
-				c.Entries = map[string]map[string]string{}
-			}
-			if c.Entries[pod] == nil {
-				c.Entries[pod] = map[string]string{}
-			}
-			c.Entries[pod][name] = set.String()
+			d.Entries[pod][name] = set.String()
 		}
 	}
-	sum, err := c.sum()
+	b, err := state.Encode(d)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding CPU manager checkpoint: %w", err)
 	}
-	c.Checksum = sum
-	return json.Marshal(c)
+	return b, nil
 }
 
-// errPolicyMismatch marks a checkpoint written under another policy.
-var errPolicyMismatch = errors.New("policy mismatch")
+var (
+	// errPolicyMismatch marks a checkpoint written under another policy.
+	errPolicyMismatch = errors.New("policy mismatch")
+	// errCorrupt marks a checkpoint that does not decode or fails its checksum.
+	errCorrupt = state.ErrCorrupt
+)
 
-// decodeCheckpoint parses a checkpoint written for policy. A different
-// policy is refused: the assignments cannot be carried across policies.
-// errCorrupt marks a checkpoint that does not decode or fails its checksum.
-var errCorrupt = errors.New("corrupt checkpoint")
-
+// decodeCheckpoint parses a checkpoint written for policy (any format
+// kubelet v1.37 reads). A different policy is refused: the assignments
+// cannot be carried across policies. Pod-level entries and in-place resize
+// baselines are ignored, as upstream does with their gates off.
 func decodeCheckpoint(policy string, b []byte) (State, error) {
-	var c checkpoint
-	if err := json.Unmarshal(b, &c); err != nil {
-		return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w: %w", errCorrupt, err)
+	c, err := state.Decode(b)
+	if err != nil {
+		var ok bool
+		if c, ok = decodeLegacy(b); !ok {
+			return State{}, fmt.Errorf("decoding CPU manager checkpoint: %w", err)
+		}
 	}
 	if c.PolicyName != policy {
 		return State{}, fmt.Errorf("configured policy %q differs from state checkpoint policy %q: %w", policy, c.PolicyName, errPolicyMismatch)
-	}
-	want, err := c.sum()
-	if err != nil {
-		return State{}, err
-	}
-	if c.Checksum != want {
-		return State{}, fmt.Errorf("checkpoint is corrupted: checksum %d, want %d: %w", c.Checksum, want, errCorrupt)
 	}
 	def, err := cpuset.Parse(c.DefaultCPUSet)
 	if err != nil {
@@ -98,6 +72,36 @@ func decodeCheckpoint(policy string, b []byte) (State, error) {
 		}
 	}
 	return s, nil
+}
+
+// legacyCheckpoint is the file nodelet wrote before it took upstream's
+// checksums: upstream's v2 JSON, its checksum FNV-32a over that JSON with
+// the checksum zero. It is read so that upgrading nodelet keeps the
+// assignments; the next write is upstream's format.
+type legacyCheckpoint struct {
+	PolicyName    string                       `json:"policyName"`
+	DefaultCPUSet string                       `json:"defaultCpuSet"`
+	Entries       map[string]map[string]string `json:"entries,omitempty"`
+	Checksum      uint32                       `json:"checksum"`
+}
+
+func decodeLegacy(b []byte) (state.CPUManagerCheckpointData, bool) {
+	var c legacyCheckpoint
+	if json.Unmarshal(b, &c) != nil {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	sum := c.Checksum
+	c.Checksum = 0
+	j, err := json.Marshal(c)
+	if err != nil {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	h := fnv.New32a()
+	_, _ = h.Write(j)
+	if h.Sum32() != sum {
+		return state.CPUManagerCheckpointData{}, false
+	}
+	return state.CPUManagerCheckpointData{PolicyName: c.PolicyName, DefaultCPUSet: c.DefaultCPUSet, Entries: c.Entries}, true
 }
 
 // readCheckpoint returns the stored state, or ok=false when there is none.

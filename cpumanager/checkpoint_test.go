@@ -57,7 +57,11 @@ func TestReadCheckpoint(t *testing.T) {
 		t.Errorf("policy mismatch: got %v", err)
 	}
 	b, _ := os.ReadFile(path)
-	tampered := strings.Replace(string(b), `"defaultCpuSet":""`, `"defaultCpuSet":"0-1"`, 1)
+	// The data string is what v1.37 verifies (dataChecksum).
+	tampered := strings.Replace(string(b), `\"defaultCpuSet\":\"\"`, `\"defaultCpuSet\":\"0-1\"`, 1)
+	if tampered == string(b) {
+		t.Fatalf("no defaultCpuSet in the data of %s", b)
+	}
 	if err := os.WriteFile(path, []byte(tampered), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,9 @@ const (
 	AnnotationTerminationMessagePath    = "io.kubernetes.container.terminationMessagePath"
 	AnnotationTerminationMessagePolicy  = "io.kubernetes.container.terminationMessagePolicy"
 	AnnotationPodTerminationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
-	AnnotationContainerTerminationGrace = "io.kubernetes.container.terminationGracePeriod"
-	AnnotationSandboxConfigHash         = "nodelet.io/sandbox-config-hash"
+	AnnotationPodDeletionGracePeriod    = "io.kubernetes.pod.deletionGracePeriod"
+	AnnotationPreStopHandler            = "io.kubernetes.container.preStopHandler"
+	AnnotationContainerPorts            = "io.kubernetes.container.ports"
 )
 
 // ContainerName is the pod container a runtime container stands for: its

@@ -9,8 +9,9 @@ import (
 	"os"
 	"slices"
 
+	"github.com/nodelet/nodelet/devicemanager/internal/checkpoint"
 	"github.com/nodelet/nodelet/internal/atomicfile"
-	"github.com/nodelet/nodelet/internal/checkpoint"
+	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
 )
 
 // CheckpointName is the checkpoint's file name in the device plugin
@@ -41,7 +42,7 @@ type podDeviceEntry struct {
 // nodeWithoutTopology is upstream's NUMA key for devices without topology.
 const nodeWithoutTopology = -1
 
-// podDeviceEntryJSON is podDeviceEntry as the file has it.
+// podDeviceEntryJSON is podDeviceEntry as nodelet's former files have it.
 type podDeviceEntryJSON struct {
 	PodUID        string
 	ContainerName string
@@ -50,14 +51,7 @@ type podDeviceEntryJSON struct {
 	AllocResp     []byte
 }
 
-func (e podDeviceEntry) MarshalJSON() ([]byte, error) {
-	ids, err := json.Marshal(devicesPerNUMA(e.DeviceIDs, e.NUMA))
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(podDeviceEntryJSON{PodUID: e.PodUID, ContainerName: e.ContainerName, ResourceName: e.ResourceName, DeviceIDs: ids, AllocResp: e.AllocResp})
-}
-
+// UnmarshalJSON reads an entry of nodelet's former files (readLegacy).
 func (e *podDeviceEntry) UnmarshalJSON(b []byte) error {
 	var w podDeviceEntryJSON
 	if err := json.Unmarshal(b, &w); err != nil {
@@ -118,20 +112,19 @@ type checkpointData struct {
 	RegisteredDevices map[string][]string
 }
 
-// checkpointFile is the envelope: Checksum covers Data's JSON.
-type checkpointFile struct {
-	Data     json.RawMessage
-	Checksum uint64
-}
-
+// writeCheckpoint writes d as kubelet v1.37 does (internal/checkpoint), so
+// either reads the other's file after a swap.
 func writeCheckpoint(path string, d checkpointData) error {
-	data, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("serializing the device checkpoint: %w", err)
+	var entries []checkpoint.PodDevicesEntry
+	for _, e := range d.PodDeviceEntries {
+		entries = append(entries, checkpoint.PodDevicesEntry{
+			PodUID: e.PodUID, ContainerName: e.ContainerName, ResourceName: e.ResourceName,
+			DeviceIDs: devicesPerNUMA(e.DeviceIDs, e.NUMA), AllocResp: e.AllocResp,
+		})
 	}
-	blob, err := json.Marshal(checkpointFile{Data: data, Checksum: checkpoint.Checksum(string(data))})
+	blob, err := checkpoint.Encode(entries, d.RegisteredDevices)
 	if err != nil {
-		return fmt.Errorf("serializing the device checkpoint: %w", err)
+		return err
 	}
 	if err := atomicfile.WriteFile(path, blob, 0o600); err != nil {
 		return fmt.Errorf("writing the device checkpoint %s: %w", path, err)
@@ -139,7 +132,7 @@ func writeCheckpoint(path string, d checkpointData) error {
 	return nil
 }
 
-// errCorrupt marks a checkpoint that does not decode.
+// errCorrupt marks a checkpoint that does not decode or fails its checksum.
 var errCorrupt = errors.New("device checkpoint does not decode")
 
 // readCheckpoint returns an empty checkpoint when the file does not exist.
@@ -151,16 +144,42 @@ func readCheckpoint(path string) (checkpointData, error) {
 	if err != nil {
 		return checkpointData{}, fmt.Errorf("reading the device checkpoint: %w", err)
 	}
-	var f checkpointFile
-	if err := json.Unmarshal(blob, &f); err != nil {
+	entries, registered, err := checkpoint.Decode(blob)
+	if err != nil {
+		if d, ok := readLegacy(blob); ok {
+			return d, nil
+		}
+		var ce *checksum.CorruptError
+		if errors.As(err, &ce) {
+			return checkpointData{}, fmt.Errorf("%w: %s is corrupted: checksum %d, expected %d", errCorrupt, path, ce.Actual, ce.Expected)
+		}
 		return checkpointData{}, fmt.Errorf("%w: %s: %w", errCorrupt, path, err)
 	}
-	if got := checkpoint.Checksum(string(f.Data)); got != f.Checksum {
-		return checkpointData{}, fmt.Errorf("%w: %s is corrupted: checksum %d, expected %d", errCorrupt, path, got, f.Checksum)
-	}
-	var d checkpointData
-	if err := json.Unmarshal(f.Data, &d); err != nil {
-		return checkpointData{}, fmt.Errorf("%w: %s: %w", errCorrupt, path, err)
+	d := checkpointData{RegisteredDevices: registered}
+	for _, e := range entries {
+		ids, numa := fromDevicesPerNUMA(e.DeviceIDs)
+		d.PodDeviceEntries = append(d.PodDeviceEntries, podDeviceEntry{
+			PodUID: e.PodUID, ContainerName: e.ContainerName, ResourceName: e.ResourceName,
+			DeviceIDs: ids, NUMA: numa, AllocResp: e.AllocResp,
+		})
 	}
 	return d, nil
+}
+
+// readLegacy reads a file of nodelet before it took upstream's checksum:
+// the same JSON, with a checksum of the data's JSON text. Its next write
+// is upstream's.
+func readLegacy(blob []byte) (checkpointData, bool) {
+	var f struct {
+		Data     json.RawMessage
+		Checksum checksum.Checksum
+	}
+	if json.Unmarshal(blob, &f) != nil || checksum.New(string(f.Data)) != f.Checksum {
+		return checkpointData{}, false
+	}
+	var d checkpointData
+	if json.Unmarshal(f.Data, &d) != nil {
+		return checkpointData{}, false
+	}
+	return d, true
 }

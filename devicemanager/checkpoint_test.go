@@ -18,7 +18,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/checkpoint"
+	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
 	"github.com/nodelet/nodelet/topologymanager"
 )
 
@@ -61,7 +61,8 @@ func TestDevicesPerNUMARoundTrip(t *testing.T) {
 }
 
 // writeOldCheckpoint writes a checkpoint as nodelet wrote it before it kept
-// NUMA nodes: DeviceIDs a plain list.
+// NUMA nodes: DeviceIDs a plain list, and nodelet's former checksum (of the
+// data's JSON text).
 func writeOldCheckpoint(t *testing.T, dir string, resp *pluginapi.ContainerAllocateResponse) {
 	t.Helper()
 	blob, err := proto.Marshal(resp)
@@ -70,7 +71,10 @@ func writeOldCheckpoint(t *testing.T, dir string, resp *pluginapi.ContainerAlloc
 	}
 	data := fmt.Sprintf(`{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"c","ResourceName":%q,"DeviceIDs":["b"],"AllocResp":%q}],"RegisteredDevices":{%q:["a","b"]}}`,
 		fakeResource, base64.StdEncoding.EncodeToString(blob), fakeResource)
-	file, err := json.Marshal(checkpointFile{Data: json.RawMessage(data), Checksum: checkpoint.Checksum(data)})
+	file, err := json.Marshal(struct {
+		Data     json.RawMessage
+		Checksum checksum.Checksum
+	}{json.RawMessage(data), checksum.New(data)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,12 @@ func TestManagerCheckpointRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(b), `"free":`, `"free":1`, 1)), 0o600); err != nil {
+	// The data string is what v1.37 verifies (dataChecksum).
+	tampered := strings.Replace(string(b), `\"free\":`, `\"free\":1`, 1)
+	if tampered == string(b) {
+		t.Fatalf("no free memory in the data of %s", b)
+	}
+	if err := os.WriteFile(path, []byte(tampered), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(Config{Policy: PolicyStatic, Static: twoNodes(t), RootDir: root}, clk); err == nil || !strings.Contains(err.Error(), "corrupted") {

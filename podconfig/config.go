@@ -77,6 +77,12 @@ type Config struct {
 	sources map[string]*sourceState
 	// mirrors are the API server's mirror pods on this node, by full name ("ns/name").
 	mirrors map[string]*v1.Pod
+
+	// listRuntime lists the runtime's pods for adoptStatic; nil adopts nothing.
+	listRuntime RuntimeLister
+	// adopted maps, per static source, the UID nodelet derives from a manifest
+	// to the UID of the kubelet's pod it adopted (guarded by mu).
+	adopted map[string]map[types.UID]types.UID
 }
 
 type sourceState struct {
@@ -106,6 +112,7 @@ func New(nodeName string, clk clock.Clock, opts ...Option) *Config {
 		mirrorTrigger: make(chan struct{}, 1),
 		sources:       map[string]*sourceState{},
 		mirrors:       map[string]*v1.Pod{},
+		adopted:       map[string]map[types.UID]types.UID{},
 	}
 	for _, o := range opts {
 		o(c)

@@ -73,6 +73,7 @@ func (c *Config) readFileSource(ctx context.Context, path string) {
 			return
 		}
 	}
+	c.adoptStatic(ctx, podutil.SourceFile, pods)
 	c.setSnapshot(podutil.SourceFile, pods)
 }
 
@@ -279,7 +280,8 @@ func decodePod(js []byte, uid types.UID, nodeName, source string) (*v1.Pod, erro
 	if pod.Namespace == "" {
 		pod.Namespace = v1.NamespaceDefault
 	}
-	pod.Name = pod.Name + "-" + nodeName
+	// Lower case, as upstream names static pods: the same name under either agent.
+	pod.Name = pod.Name + "-" + strings.ToLower(nodeName)
 	pod.Spec.NodeName = nodeName
 	pod.UID = uid
 	pod.ResourceVersion = ""

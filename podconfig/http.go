@@ -104,6 +104,7 @@ func (c *Config) readHTTPSource(ctx context.Context, s *httpSource) error {
 		// upstream, the previous body is forgotten, so serving it again brings its
 		// pods back.
 		s.last = nil
+		c.adoptStatic(ctx, podutil.SourceHTTP, nil)
 		c.setSnapshot(podutil.SourceHTTP, nil)
 		return fmt.Errorf("GET %s: %w", s.url, errEmptyBody)
 	}
@@ -117,7 +118,9 @@ func (c *Config) readHTTPSource(ctx context.Context, s *httpSource) error {
 	if err != nil {
 		return fmt.Errorf("decoding the static pods from %s: %w", s.url, err)
 	}
-	c.setSnapshot(podutil.SourceHTTP, uniqueByName(ctx, pods, s.url))
+	pods = uniqueByName(ctx, pods, s.url)
+	c.adoptStatic(ctx, podutil.SourceHTTP, pods)
+	c.setSnapshot(podutil.SourceHTTP, pods)
 	return nil
 }
 

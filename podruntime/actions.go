@@ -411,8 +411,11 @@ func (a *Actions) startOrBackoff(pod *v1.Pod, c *v1.Container, prev *runtimeapi.
 }
 
 // BackoffKey identifies one container of one pod for the crash-loop back-off.
+// Like upstream's key it holds the image and the resources: a new image or a
+// resize that restarts the container starts its back-off afresh. (The hash
+// alone no longer would: it covers the name and image only.)
 func BackoffKey(pod *v1.Pod, c *v1.Container) string {
-	return fmt.Sprintf("%s_%s_%s_%s_%s", pod.Name, pod.Namespace, pod.UID, c.Name, ContainerHash(c))
+	return fmt.Sprintf("%s_%s_%s_%s_%s_%s", pod.Name, pod.Namespace, pod.UID, c.Name, c.Image, c.Resources.String())
 }
 
 // finishedForGood says whether the restart policies (the container's rules and

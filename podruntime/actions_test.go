@@ -474,15 +474,50 @@ func TestComputeActions(t *testing.T) {
 	}
 }
 
-func TestForeignHashIsKept(t *testing.T) {
-	pod := testPod(v1.RestartPolicyAlways, "app")
-	c := ctr(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)
-	c.Annotations[cri.AnnotationContainerHash] = "3c1f4a9e" // written by the upstream kubelet
-	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{c}}
-	if got := ComputeActions(pod, st, nil, t0); len(got.KillContainers) != 0 || len(got.StartContainers) != 0 {
-		t.Fatalf("a container started by the kubelet must be adopted, got %+v", got)
+// TestRecordedHash: the hash on a running container is compared whichever agent
+// wrote it (nodelet writes the kubelet's own value), so an image change restarts
+// a container the kubelet started, and a matching one is adopted. Only an older
+// nodelet's "n"-prefixed hash, which cannot be compared, is adopted as is.
+func TestRecordedHash(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded string
+		image    string // the spec's image; the container ran "busybox"
+		restart  bool
+	}{
+		{"kubelet's hash, same image: adopted", kubeletHashAppBusybox, "busybox", false},
+		{"kubelet's hash, new image: restarted", kubeletHashAppBusybox, "busybox:1.37", true},
+		{"hash with leading zeros still matches", "0" + kubeletHashAppBusybox, "busybox", false},
+		{"older nodelet's hash: adopted", "n468e852", "busybox", false},
+		{"older nodelet's hash, new image: adopted", "n468e852", "busybox:1.37", false},
+		{"no hash: adopted", "", "busybox:1.37", false},
+		{"unparsable hash: restarted, as upstream reads it as 0", "zz", "busybox", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := testPod(v1.RestartPolicyAlways, "app")
+			c := ctr(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1)
+			c.Annotations[cri.AnnotationContainerHash] = tc.recorded
+			pod.Spec.Containers[0].Image = tc.image
+			st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{c}}
+			got := ComputeActions(pod, st, nil, t0)
+			want := Actions{SandboxID: "sb"}
+			if tc.restart {
+				want.KillContainers = map[string]string{"app-id": "Container app definition changed, will be restarted"}
+				want.StartContainers = []int{0}
+			}
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ComputeActions() mismatch (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
+
+// Hashes the upstream kubelet v1.37.2 writes (see TestContainerHashMatchesUpstream
+// in internal/podutil for where they come from).
+const (
+	kubeletHashAppBusybox    = "3ada567e" // name app, image busybox
+	kubeletHashAppBusybox136 = "395745"   // name app, image busybox:1.36
+)
 
 // A start cut off by a crash is no crash of the container: it is started at once,
 // whatever back-off its earlier failures built up.

@@ -70,8 +70,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 
 	restartCount := 0
 	if prev := latestByName(st)[c.Name]; prev != nil {
-		n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
-		restartCount = n + 1
+		restartCount = nextRestartCount(prev)
+		n := restartCount - 1
 		if cri.StartWasCut(prev) {
 			// Never ran: a nodelet killed between CreateContainer and StartContainer
 			// left it created, or a nodelet or runtime crash cut its start off. It
@@ -91,6 +91,11 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", restartCount, "err", err)
 			}
 		}
+	} else if m.cfg.PodLogsDir != "" {
+		// No instance left in the runtime (never run, or removed): the count
+		// goes on from the logs earlier instances left, as upstream, so a new
+		// instance never writes into an old one's log.
+		restartCount = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
 	}
 	node := m.node()
 	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
@@ -135,14 +140,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.LabelPodUID:        string(pod.UID),
 			cri.LabelContainerName: c.Name,
 		},
-		Annotations: map[string]string{
-			cri.AnnotationContainerHash:             ContainerHash(c),
-			cri.AnnotationContainerRestartCount:     strconv.Itoa(restartCount),
-			cri.AnnotationTerminationMessagePath:    c.TerminationMessagePath,
-			cri.AnnotationTerminationMessagePolicy:  string(c.TerminationMessagePolicy),
-			cri.AnnotationPodTerminationGracePeriod: strconv.FormatInt(gracePeriod(pod, nil), 10),
-		},
-		Linux: linux,
+		Annotations: containerAnnotations(pod, c, restartCount),
+		Linux:       linux,
 	}
 	if d := m.cfg.Devices; d != nil {
 		if err := d.ApplyDevices(ctx, pod, c, cfg); err != nil {

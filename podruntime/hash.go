@@ -1,39 +1,35 @@
 package podruntime
 
 import (
-	"encoding/json"
-	"hash/fnv"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
-// ContainerHash fingerprints the parts of a container spec that require a restart
-// when they change. Resources are left out (they are resized in place upstream) so
-// a pod is not restarted by an unrelated change. JSON gives a stable encoding:
-// struct fields in order, map keys sorted.
-func ContainerHash(c *v1.Container) string {
-	cp := c.DeepCopy()
-	cp.Resources = v1.ResourceRequirements{}
-	b, err := json.Marshal(cp)
-	if err != nil {
-		// A v1.Container always marshals; fall back to the name so behaviour stays defined.
-		b = []byte(c.Name)
-	}
-	h := fnv.New32a()
-	_, _ = h.Write(b)
-	return hashPrefix + strconv.FormatUint(uint64(h.Sum32()), 16)
-}
+// ContainerHash is the io.kubernetes.container.hash nodelet writes: the upstream
+// kubelet's own value (name and image), so either agent recognises the other's
+// containers.
+func ContainerHash(c *v1.Container) string { return podutil.ContainerHash(c) }
 
-// hashPrefix marks hashes nodelet computed. The upstream kubelet stores its own
-// hash under the same annotation; a running container carrying a foreign hash is
-// kept as is, so switching a node from the kubelet to nodelet restarts nothing.
-const hashPrefix = "n"
+// legacyHashPrefix marks a hash written by an older nodelet, which covered the
+// whole spec but the resources. It cannot be compared with today's hash, so
+// such a container is adopted as it runs; it gets today's hash when it next
+// restarts for any other reason.
+const legacyHashPrefix = "n"
 
-// hashChanged reports whether a running container no longer matches its spec.
+// hashChanged reports whether a running container no longer matches its spec:
+// its recorded hash, whichever agent wrote it, differs from the spec's. A
+// container without a hash or with a legacy nodelet hash is kept.
 func hashChanged(recorded string, c *v1.Container) bool {
-	if len(recorded) == 0 || recorded[0:1] != hashPrefix {
+	if recorded == "" || strings.HasPrefix(recorded, legacyHashPrefix) {
 		return false
 	}
-	return recorded != ContainerHash(c)
+	// Compared as numbers, as upstream parses it; one that does not parse is
+	// upstream's 0, a mismatch.
+	got, err := strconv.ParseUint(recorded, 16, 64)
+	want, _ := strconv.ParseUint(ContainerHash(c), 16, 64)
+	return err != nil || got != want
 }

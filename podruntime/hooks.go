@@ -49,6 +49,12 @@ func specByName(pod *v1.Pod, name string) *v1.Container {
 func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, c *runtimeapi.ContainerStatus, podIP string, grace int64, message string) error {
 	name := containerName(c)
 	spec := specByName(pod, name)
+	if spec == nil && len(pod.Spec.Containers) == 0 && len(pod.Spec.InitContainers) == 0 {
+		// The pod is gone (an orphan, killed from its name and UID alone): its
+		// preStop hook comes from the container's annotations, as upstream, so a
+		// container either agent created runs it.
+		spec = restoredSpec(c)
+	}
 	if message == "" {
 		message = fmt.Sprintf("Stopping container %s", name)
 	}

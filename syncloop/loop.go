@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 
 	"github.com/nodelet/nodelet/allocation"
 	"github.com/nodelet/nodelet/cgroups"
-	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podconfig"
@@ -850,7 +848,7 @@ func hasAnything(p *pleg.PodStatus) bool {
 // object itself is gone.
 func orphanGrace(p *pleg.PodStatus) int64 {
 	for _, c := range p.Containers {
-		if v, err := strconv.ParseInt(c.GetAnnotations()[cri.AnnotationPodTerminationGracePeriod], 10, 64); err == nil {
+		if v, ok := podruntime.RecordedGrace(c); ok {
 			return v
 		}
 	}

@@ -575,20 +575,34 @@ func (s *swapTest) waitPluginRegistered(ctx context.Context) {
 		return len(ids) == len(framework.SampleDevices()), err
 	})
 	if err != nil {
-		s.t.Fatalf("%v: allocatable %v", err, ids)
+		s.t.Fatalf("%v: allocatable %v; %s", err, ids, s.goroutineDump(ctx))
 	}
 }
 
-// deleteAndCreate deletes pod gone and waits until nothing of it is left on the node, and
+// goroutineDump writes the running agent's goroutines (its /debug/pprof, through the API
+// server's node proxy) beside its log, for a failure that looks like a hang; it says where.
+func (s *swapTest) goroutineDump(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	b, err := s.f.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", s.f.Env.NodeName, "proxy/debug/pprof/goroutine").
+		Param("debug", "2").DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("no goroutine dump: %v", err)
+	}
+	path := filepath.Join(s.n.Dir, fmt.Sprintf("goroutines-%d.txt", time.Now().Unix()))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Sprintf("no goroutine dump: %v", err)
+	}
+	return "the agent's goroutines: " + path
+}
+
+// deleteAndCreate deletes pod gone and waits until nothing of it is left on the node, then
 // creates pod fresh (holding the free sample device) and waits until it is Ready.
 func (s *swapTest) deleteAndCreate(ctx context.Context, gone, fresh string, round int) {
 	t := s.t
 	t.Helper()
 	old := s.f.WaitForPod(ctx, s.ns, gone, time.Second, "to exist", func(*v1.Pod) bool { return true })
 	s.f.DeletePod(ctx, s.ns, gone, nil)
-	p := s.devicePod(fresh)
-	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)
-	s.f.CreatePod(ctx, p)
 
 	uid := string(old.UID)
 	podDir := filepath.Join(s.n.RootDir, "pods", uid)
@@ -605,6 +619,10 @@ func (s *swapTest) deleteAndCreate(ctx context.Context, gone, fresh string, roun
 		left, _ := filepath.Glob(filepath.Join(podDir, "*", "*"))
 		t.Errorf("round %d: %v (left: %v)", round, err, left)
 	}
+	// Only now: a device of a pod still terminating is not free (either agent refuses the pod).
+	p := s.devicePod(fresh)
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)
+	s.f.CreatePod(ctx, p)
 	s.f.WaitForPodReady(ctx, s.ns, fresh, time.Minute)
 	devs := s.devicesOf(ctx, fresh)
 	if len(devs) != 1 || slices.Contains(s.devices, devs[0]) {

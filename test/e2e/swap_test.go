@@ -35,6 +35,13 @@ import (
 // unchanged, no checkpoint set aside as corrupt, a configMap change reaches the volumes, a
 // deleted pod is cleaned up completely (containers, sandbox, pod dir, log dir) and a new pod
 // starts, Ready, with the free device. It prints how long the node was NotReady.
+//
+// On main before issue 32's identity and checkpoint work (edc4422) it failed: nodelet refused
+// the kubelet's cpu_manager_state as corrupt and did not start; without the static policy it
+// started but killed the static pod and ran it again under a new UID (new sandbox, new mirror
+// pod), set the kubelet's cpu_manager_state, memory_manager_state and
+// kubelet_internal_checkpoint aside as corrupt (the device pod's device gone from the pod
+// resources API), and the kubelet, back, refused nodelet's cpu_manager_state and did not start.
 func TestSwap(t *testing.T) {
 	f := framework.New(t)
 	ctx := context.Background()
@@ -388,8 +395,8 @@ func (s *swapTest) watchNode(ctx context.Context) {
 	}()
 }
 
-// notReady is how long the Node's Ready condition was not True between from and to, and
-// whether it ever was.
+// notReady is how long the Node's Ready condition was not True between from and to (as
+// sampled).
 func (s *swapTest) notReady(from, to time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -517,7 +524,8 @@ func (s *swapTest) swap(ctx context.Context, name, bin string, round int) string
 	after := s.state(ctx)
 	notReady := s.notReady(start, time.Now())
 
-	// Only the steady pods and the mirror pod count; doomed too on the first swap.
+	// Every pod of the namespace counts: the steady ones, the mirror pod, and the pod the
+	// round after will delete.
 	var restarts int32
 	for k, n := range after.restarts {
 		if m, ok := before.restarts[k]; ok && n != m {

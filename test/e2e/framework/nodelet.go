@@ -46,6 +46,9 @@ type NodeletOptions struct {
 	KeepNode bool
 	// StopTimeout bounds Stop's wait after SIGTERM before it kills (default 60s).
 	StopTimeout time.Duration
+	// Bin, if set, is the binary to start instead of NODELET_BIN: the upstream kubelet
+	// (Framework.KubeletBin) takes the same command line. See Nodelet.SwapBinary.
+	Bin string
 	// BootstrapKubeconfig, if set, starts nodelet the kubeadm-join way: with
 	// --bootstrap-kubeconfig=BootstrapKubeconfig, a --kubeconfig that does not exist yet
 	// (Nodelet.KubeconfigPath) and --cert-dir=Nodelet.CertDir, both in the test's directory,
@@ -62,7 +65,13 @@ type Nodelet struct {
 	ConfigPath   string // --config
 	StaticPodDir string // staticPodPath
 	PodLogsDir   string // podLogsDir
-	LogPath      string // the process's stdout and stderr
+	// LogPath is the current binary's stdout and stderr: <Dir>/nodelet.log, or
+	// <Dir>/kubelet.log while the upstream kubelet runs (SwapBinary).
+	LogPath string
+	// Upstream says Bin is the upstream kubelet (its --version does not name nodelet): it is
+	// started in a mount namespace of its own where its fixed device plugin directory is
+	// RootDir/device-plugins (see startKubelet).
+	Upstream bool
 	// KubeconfigPath is --kubeconfig; CertDir is --cert-dir ("" = nodelet's default), set with
 	// NodeletOptions.BootstrapKubeconfig.
 	KubeconfigPath string
@@ -79,6 +88,8 @@ type Nodelet struct {
 	waitErr error
 	// expectExit is set once the test has asked for (or waits for) the exit.
 	expectExit bool
+	// logPaths are the logs of every binary this Nodelet has run, for the failure output.
+	logPaths []string
 }
 
 // unexpectedExit describes an exit the test did not ask for (nil while running or after
@@ -89,7 +100,7 @@ func (n *Nodelet) unexpectedExit() error {
 	if n.cmd == nil || n.expectExit || !n.exited() {
 		return nil
 	}
-	return fmt.Errorf("nodelet exited unexpectedly (%s); log %s:\n%s", errOrOK(n.waitErr), n.LogPath, n.logTail(30))
+	return fmt.Errorf("%s exited unexpectedly (%s); log %s:\n%s", n.agent(), errOrOK(n.waitErr), n.LogPath, n.logTail(n.LogPath, 30))
 }
 
 // DefaultKubeletConfiguration is the configuration StartNodelet writes before
@@ -145,16 +156,12 @@ func StartNodelet(t testing.TB, opts NodeletOptions) *Nodelet {
 // directory is kept.
 func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 	f.T.Helper()
-	bin := os.Getenv("NODELET_BIN")
+	bin := opts.Bin
 	if bin == "" {
-		f.T.Fatalf("NODELET_BIN is not set: point it at the nodelet binary (hack/test-all.sh builds _output/nodelet)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		f.T.Fatalf("resolving NODELET_BIN: %v", err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		f.T.Fatalf("NODELET_BIN: %v", err)
+		bin = os.Getenv("NODELET_BIN")
+		if bin == "" {
+			f.T.Fatalf("NODELET_BIN is not set: point it at the nodelet binary (hack/test-all.sh builds _output/nodelet)")
+		}
 	}
 	if err := os.MkdirAll(f.Env.NodeletRootBase, 0o755); err != nil {
 		f.T.Fatalf("creating %s: %v", f.Env.NodeletRootBase, err)
@@ -164,15 +171,16 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 		f.T.Fatalf("creating nodelet dir: %v", err)
 	}
 	n := &Nodelet{
-		Bin:        bin,
 		Dir:        dir,
 		RootDir:    filepath.Join(dir, "root"),
 		ConfigPath: filepath.Join(dir, "config.yaml"),
-		LogPath:    filepath.Join(dir, "nodelet.log"),
 		f:          f,
 		opts:       opts,
 	}
 	f.T.Cleanup(n.cleanup)
+	if err := n.setBin(bin, opts.Bin != ""); err != nil {
+		f.T.Fatal(err)
+	}
 	f.mu.Lock()
 	f.nodelets = append(f.nodelets, n)
 	f.mu.Unlock()
@@ -253,31 +261,38 @@ func (n *Nodelet) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil && !n.exited() {
-		return fmt.Errorf("starting nodelet: already running (pid %d)", n.cmd.Process.Pid)
+		return fmt.Errorf("starting %s: already running (pid %d)", n.agent(), n.cmd.Process.Pid)
 	}
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("opening nodelet log: %w", err)
+		return fmt.Errorf("opening %s log: %w", n.agent(), err)
+	}
+	cmd := exec.Command(n.Bin, n.Args...)
+	if n.Upstream {
+		if cmd, err = n.kubeletCommand(); err != nil {
+			logf.Close()
+			return err
+		}
 	}
 	startedAt := time.Now()
 	n.f.mu.Lock()
 	n.f.lastStart = startedAt
 	n.f.mu.Unlock()
-	fmt.Fprintf(logf, "=== %s framework: starting %s %s\n", startedAt.UTC().Format(time.RFC3339Nano), n.Bin, strings.Join(n.Args, " "))
-	cmd := exec.Command(n.Bin, n.Args...)
+	fmt.Fprintf(logf, "=== %s framework: starting %s\n", startedAt.UTC().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), n.opts.Env...)
 	// Die with the test binary, whatever kills it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("starting nodelet %s: %w", n.Bin, err)
+		return fmt.Errorf("starting %s %s: %w", n.agent(), n.Bin, err)
 	}
 	done := make(chan struct{})
 	n.cmd, n.done, n.waitErr, n.expectExit = cmd, done, nil, false
+	agent := n.agent()
 	go func() {
 		err := cmd.Wait()
-		fmt.Fprintf(logf, "=== %s framework: nodelet exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), errOrOK(err))
+		fmt.Fprintf(logf, "=== %s framework: %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), agent, errOrOK(err))
 		logf.Close()
 		n.mu.Lock()
 		n.waitErr = err
@@ -379,7 +394,7 @@ func (n *Nodelet) Stop() error {
 		return n.ExitError()
 	case <-time.After(timeout):
 		n.Kill()
-		n.f.T.Errorf("nodelet did not exit within %v of SIGTERM; killed it", timeout)
+		n.f.T.Errorf("%s did not exit within %v of SIGTERM; killed it", n.agent(), timeout)
 		return n.ExitError()
 	}
 }
@@ -507,11 +522,11 @@ func (n *Nodelet) WaitHealthy(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// logTail is the last lines of the log, for failure output.
-func (n *Nodelet) logTail(lines int) string {
-	f, err := os.Open(n.LogPath)
+// logTail is the last lines of a log, for failure output.
+func (n *Nodelet) logTail(path string, lines int) string {
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Sprintf("<reading %s: %v>", n.LogPath, err)
+		return fmt.Sprintf("<reading %s: %v>", path, err)
 	}
 	defer f.Close()
 	var ring []string
@@ -534,7 +549,7 @@ func (n *Nodelet) cleanup() {
 			select {
 			case <-done:
 			case <-time.After(30 * time.Second):
-				t.Logf("nodelet did not exit within 30s of SIGTERM at cleanup; killing it")
+				t.Logf("%s did not exit within 30s of SIGTERM at cleanup; killing it", n.agent())
 				if d, _ := n.signal(syscall.SIGKILL); d != nil {
 					<-d
 				}
@@ -542,7 +557,9 @@ func (n *Nodelet) cleanup() {
 		}
 	}
 	if t.Failed() {
-		t.Logf("nodelet log tail (%s):\n%s", n.LogPath, n.logTail(200))
+		for _, p := range n.logPaths {
+			t.Logf("%s log tail (%s):\n%s", strings.TrimSuffix(filepath.Base(p), ".log"), p, n.logTail(p, 200))
+		}
 		t.Logf("keeping %s for inspection", n.Dir)
 		return
 	}

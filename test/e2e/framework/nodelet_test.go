@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
 // fakeNodelet is a stand-in binary: it logs its arguments, exits 0 on SIGTERM and otherwise
@@ -180,5 +182,81 @@ func TestWaitForRetriesTransientErrors(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "still broken") || !strings.Contains(err.Error(), "never") {
 		t.Fatalf("WaitFor timeout error = %v, want it to name the wait and the last error", err)
+	}
+}
+
+// TestSwapBinary: SwapBinary replaces the running binary with another on the same command
+// line; one whose --version is upstream's runs in a mount namespace where the kubelet's fixed
+// device plugin directory is the root dir's, not the host's, while its mounts under the root
+// dir reach the host; each binary logs to its own file.
+func TestSwapBinary(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts")
+	}
+	f := newTestFramework(t)
+	dir := t.TempDir()
+	nodelet, kubelet := filepath.Join(dir, "nodelet"), filepath.Join(dir, "kubelet")
+	const fakeNodelet = `#!/bin/sh
+[ "$1" = --version ] && { echo 'Kubernetes v1.37.2+nodelet'; exit 0; }
+trap 'echo "fake-nodelet got TERM"; exit 0' TERM
+echo "fake-nodelet started: $*"
+while :; do sleep 0.1; done
+`
+	if err := os.WriteFile(nodelet, []byte(fakeNodelet), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const fakeKubelet = `#!/bin/sh
+[ "$1" = --version ] && { echo 'Kubernetes v1.37.2'; exit 0; }
+trap 'echo "fake-kubelet got TERM"; exit 0' TERM
+for a; do case $a in --root-dir=*) root=${a#--root-dir=} ;; esac; done
+touch /var/lib/kubelet/device-plugins/swap-probe || exit 1
+mkdir -p "$root/m" && mount -t tmpfs swap-probe "$root/m" || exit 1
+echo "fake-kubelet started: $*"
+while :; do sleep 0.1; done
+`
+	if err := os.WriteFile(kubelet, []byte(fakeKubelet), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODELET_BIN", nodelet)
+	// After the framework's cleanup, which keeps a failed test's mounts for inspection.
+	t.Cleanup(func() {
+		if _, err := mountutil.UnmountAllUnder(f.Env.RigDir); err != nil {
+			t.Error(err)
+		}
+	})
+	n := f.StartNodelet(NodeletOptions{KeepRuntimeState: true, KeepNode: true, StopTimeout: 10 * time.Second})
+	n.WaitForLog(t.Context(), "fake-nodelet started", 10*time.Second)
+	args := slices.Clone(n.Args)
+
+	n.SwapBinary(kubelet)
+	if !n.Upstream || n.LogPath != filepath.Join(n.Dir, "kubelet.log") {
+		t.Fatalf("after the swap: Upstream=%v LogPath=%s, want the kubelet's", n.Upstream, n.LogPath)
+	}
+	n.WaitForLog(t.Context(), "fake-kubelet started: "+strings.Join(args, " "), 10*time.Second)
+	if _, err := os.Stat(filepath.Join(n.RootDir, "device-plugins", "swap-probe")); err != nil {
+		t.Errorf("the kubelet's device plugin dir is not the root dir's: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(upstreamKubeletDevicePluginDir, "swap-probe")); err == nil {
+		t.Errorf("the kubelet wrote into the host's %s", upstreamKubeletDevicePluginDir)
+	}
+	if mounted, err := mountutil.IsMountPoint(filepath.Join(n.RootDir, "m")); err != nil || !mounted {
+		t.Errorf("the kubelet's mount under the root dir is not on the host: %v %v", mounted, err)
+	}
+
+	n.SwapBinary(nodelet)
+	if n.Upstream || n.LogPath != filepath.Join(n.Dir, "nodelet.log") {
+		t.Fatalf("after the swap back: Upstream=%v LogPath=%s, want nodelet's", n.Upstream, n.LogPath)
+	}
+	err := WaitFor(t.Context(), 10*time.Second, "nodelet's second start", func(context.Context) (bool, error) {
+		return strings.Count(n.Logs(), "fake-nodelet started: "+strings.Join(args, " ")) == 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(n.Dir, "kubelet.log")); !strings.Contains(string(b), "fake-kubelet got TERM") {
+		t.Errorf("kubelet.log lacks the kubelet's stop:\n%s", b)
+	}
+	if err := n.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
 	}
 }

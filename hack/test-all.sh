@@ -58,9 +58,11 @@
 #                                         instrumented build and the first target)
 #   vm test                          320s (291s on 2026-12-06; skipped without /dev/kvm)
 #   slice build (waited for)          60s (test/conformance/build.sh in the background from the
-#                                         e2e stage on; ~250s of the slice's 405s cold)
+#                                         e2e stage on; 334s cold in the foreground on a quiet
+#                                         machine on 2026-12-07, busybox 95s of it)
 #   NodeConformance slice            200s (hack/conformance.sh --slice with its binaries and images
-#                                         built: ~150s warm)
+#                                         built: ~150s warm; 452s on 2026-12-07 building them
+#                                         cold, 35 passed)
 #   total                           5310s (without /dev/kvm, as CI has it: 4990s)
 set -euo pipefail
 

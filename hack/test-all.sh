@@ -45,7 +45,7 @@
 #                                         TestKubectlTop 26-33s, TestCPUBurnerMetricsRise 30-32s,
 #                                         TestSampleDevicePlugin 43-48s, TestDRAClaim 5-8s: 1320s;
 #                                         issue 32: TestKubeadmJoin 5-11s, TestSwap (kubelet ->
-#                                         nodelet -> kubelet) 97-135s; the whole suite, 95 tests,
+#                                         nodelet -> kubelet) 97-135s; the whole suite, 81 tests,
 #                                         1339s on 2026-12-07 on a quiet rig, without the
 #                                         background jobs beside it)
 #   chaos tests                      800s (all eight fault-suite tests with CI counts; 653s in a

@@ -55,14 +55,7 @@ func TestCheckpointCompatibleWithKubelet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := os.ReadFile(upstream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(b) != string(want) {
-				t.Errorf("nodelet writes\n%s\nthe kubelet\n%s", b, want)
-			}
-			golden.Bytes(t, filepath.Join("testdata", "nodelet", tc.golden), b, *update)
+			golden.Upstream(t, tc.golden, b, *update)
 		})
 	}
 }

@@ -53,14 +53,7 @@ func TestCheckpointCompatibleWithKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantBytes, err := os.ReadFile(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != string(wantBytes) {
-		t.Errorf("nodelet writes\n%s\nthe kubelet\n%s", b, wantBytes)
-	}
-	golden.Bytes(t, filepath.Join("testdata", "nodelet", CheckpointName), b, *update)
+	golden.Upstream(t, CheckpointName, b, *update)
 }
 
 // The kubelet's checkpoint is restored, not set aside as corrupt: its

@@ -28,3 +28,19 @@ func Bytes(t testing.TB, path string, got []byte, update bool) {
 		t.Errorf("%s differs from what was written now:\n file: %s\n  now: %s", path, want, got)
 	}
 }
+
+// Upstream fails the test unless got, what nodelet writes for the state file
+// name, equals the file the kubelet's own code wrote (testdata/upstream/name),
+// then checks (or with update writes) it as testdata/nodelet/name, the file the
+// kubelet's code reads in test/rig/k8sbins/checkpointcompat.
+func Upstream(t testing.TB, name string, got []byte, update bool) {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join("testdata", "upstream", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("nodelet writes\n%s\nthe kubelet\n%s", got, want)
+	}
+	Bytes(t, filepath.Join("testdata", "nodelet", name), got, update)
+}

@@ -35,7 +35,7 @@ func (m *Manager) setUpEmptyDir(pod *v1.Pod, vol *v1.Volume, st *podState) (Host
 			return HostVolume{}, err
 		}
 		if g := fsGroupOf(pod); g != nil {
-			if err := applyFSGroup(dir, *g, false); err != nil {
+			if err := m.fsGroupWalk.apply(dir, *g, false); err != nil {
 				return HostVolume{}, err
 			}
 		}

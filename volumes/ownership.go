@@ -78,7 +78,7 @@ func (w fsGroupWalk) apply(dir string, gid int64, readOnly bool) error {
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("opening volume %s for fsGroup: %w", dir, &os.PathError{Op: "open", Path: dir, Err: err})
+		return fmt.Errorf("opening volume %s for fsGroup: %w", dir, err)
 	}
 	root := os.NewFile(uintptr(fd), dir)
 	defer root.Close()
@@ -133,20 +133,23 @@ func (c *fsGroupChange) entry(d *os.File, dirPath, name string, depth int) error
 	if err != nil {
 		return fmt.Errorf("opening %s for fsGroup: %w", p, err)
 	}
-	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
 		return fmt.Errorf("fstat %s for fsGroup: %w", p, err)
 	}
 	if st.Dev != c.dev {
+		unix.Close(fd)
 		return nil // a mount point: another filesystem, not this volume's
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		defer unix.Close(fd)
 		return c.change(fd, p, &st)
 	}
 	// Reopened through fd itself, so it is the directory fstat'ed above
 	// whatever now has its name.
 	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	unix.Close(fd) // one descriptor per level held while below
 	if err != nil {
 		return fmt.Errorf("opening directory %s for fsGroup: %w", p, err)
 	}
@@ -193,7 +196,7 @@ func (c *fsGroupChange) change(fd int, p string, st *unix.Stat_t) error {
 // the open file itself, not by name (glibc's fallback too).
 func fchmodOpened(fd int, mode uint32) error {
 	err := unix.Fchmodat(fd, "", mode, unix.AT_EMPTY_PATH)
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
 		return chmodProcFd(fd, mode)
 	}
 	return err

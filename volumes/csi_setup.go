@@ -378,8 +378,8 @@ func (m *Manager) applyCSIFSGroup(cv *csiVolume, publishPath string) error {
 	if cv.fsGroupChangePolicy == v1.FSGroupChangeOnRootMismatch && !fsGroupChangeNeeded(publishPath, *cv.fsGroup, false) {
 		return nil
 	}
-	if err := applyFSGroup(publishPath, *cv.fsGroup, false); err != nil {
-		return fmt.Errorf("applyFSGroup failed for vol %s: %v", cv.handle, err)
+	if err := m.fsGroupWalk.apply(publishPath, *cv.fsGroup, false); err != nil {
+		return fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
 	}
 	return nil
 }

@@ -6,8 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/internal/mountutil"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -25,23 +29,103 @@ func (m *Manager) setUpEmptyDir(pod *v1.Pod, vol *v1.Volume, st *podState) (Host
 	default:
 		return HostVolume{}, fmt.Errorf("unknown emptyDir medium %q", ed.Medium)
 	}
-	if !st.prepared[vol.Name] {
+	if st.prepared[vol.Name] {
+		return HostVolume{Path: dir}, nil
+	}
+	memory := ed.Medium == v1.StorageMediumMemory
+	meta := m.emptyDirMetaDir(pod.UID, vol.Name)
+	ready, dirExists, mounted, err := emptyDirFacts(meta, dir, memory)
+	if err != nil {
+		return HostVolume{}, err
+	}
+	setUp, dropMarker := emptyDirSetUpNeeded(ready, dirExists, mounted, memory)
+	if dropMarker {
+		klog.InfoS("EmptyDir ready marker found without its volume directory; setting the volume up again", "pod", klog.KObj(pod), "volume", vol.Name, "marker", meta)
+		if err := mountutil.RemoveAllUnmounted(meta); err != nil {
+			return HostVolume{}, fmt.Errorf("removing stale emptyDir ready marker: %w", err)
+		}
+	}
+	if setUp {
 		var limit *int64
 		if ed.SizeLimit != nil {
 			v := ed.SizeLimit.Value()
 			limit = &v
 		}
-		if err := m.prepareDir(pod, dir, ed.Medium == v1.StorageMediumMemory, limit); err != nil {
+		if err := m.prepareDir(pod, dir, memory, limit); err != nil {
 			return HostVolume{}, err
 		}
 		if g := fsGroupOf(pod); g != nil {
-			if err := applyFSGroup(dir, *g, false); err != nil {
+			// A failure leaves no marker: the next sync walks again.
+			if err := m.fsGroupWalk.apply(dir, *g, false); err != nil {
 				return HostVolume{}, err
 			}
 		}
-		st.prepared[vol.Name] = true
+		if err := setReady(meta); err != nil {
+			// As upstream: only a later restart pays for it, with one more walk.
+			klog.ErrorS(err, "Failed to write the emptyDir ready marker", "pod", klog.KObj(pod), "volume", vol.Name)
+		}
 	}
+	st.prepared[vol.Name] = true
 	return HostVolume{Path: dir}, nil
+}
+
+// readyFileName is upstream's marker of a volume set up, in the volume's
+// metadata directory.
+const readyFileName = "ready"
+
+// emptyDirMetaDir is where upstream's emptyDir plugin keeps a volume's ready
+// marker, so either agent finds the other's:
+// <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<volume>.
+func (m *Manager) emptyDirMetaDir(uid types.UID, name string) string {
+	return filepath.Join(m.rootDir, "pods", string(uid), "plugins", pluginEmptyDir, name)
+}
+
+// emptyDirSetUpNeeded is upstream's decision for an emptyDir: set up (and
+// walk for the fsGroup) unless the ready marker is there and so is the
+// volume, its directory or, for medium Memory, its tmpfs. Once set up the
+// volume is never walked again, not even after a restart: the pod owns its
+// content by then. A marker whose directory is gone is dropped first.
+func emptyDirSetUpNeeded(ready, dirExists, mounted, memory bool) (setUp, dropMarker bool) {
+	switch {
+	case !ready:
+		return true, false
+	case memory:
+		return !mounted, false
+	case dirExists:
+		return false, false
+	}
+	return true, true
+}
+
+// emptyDirFacts gathers what emptyDirSetUpNeeded decides on. The marker
+// counts only as a regular file, as upstream's.
+func emptyDirFacts(meta, dir string, memory bool) (ready, dirExists, mounted bool, err error) {
+	if fi, err := os.Lstat(filepath.Join(meta, readyFileName)); err == nil && fi.Mode().IsRegular() {
+		ready = true
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return false, false, false, fmt.Errorf("checking emptyDir %s: %w", dir, err)
+	}
+	dirExists = err == nil && fi.IsDir()
+	if memory && dirExists {
+		if mounted, err = mountutil.IsMountPoint(dir); err != nil {
+			return false, false, false, fmt.Errorf("checking emptyDir %s: %w", dir, err)
+		}
+	}
+	return ready, dirExists, mounted, nil
+}
+
+// setReady writes the ready marker in meta.
+func setReady(meta string) error {
+	if err := os.MkdirAll(meta, 0o750); err != nil {
+		return fmt.Errorf("creating %s: %w", meta, err)
+	}
+	f, err := os.OpenFile(filepath.Join(meta, readyFileName), os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating ready marker in %s: %w", meta, err)
+	}
+	return f.Close()
 }
 
 // memoryVolumeSize is the tmpfs size for a memory-backed volume, as

@@ -146,6 +146,8 @@ type Manager struct {
 	// localMu serializes local volume mounts, so two pods mounting one
 	// volume at once agree on which mounted it first (and gets the fsGroup).
 	localMu sync.Mutex
+	// fsGroupWalk changes volumes' ownership; tests set its hook.
+	fsGroupWalk fsGroupWalk
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -406,7 +408,7 @@ func (m *Manager) writeVolume(pod *v1.Pod, name, plugin string, memoryBacked boo
 		return HostVolume{}, fmt.Errorf("writing volume content: %w", err)
 	}
 	if fsGroup != nil {
-		if err := applyFSGroup(dir, *fsGroup, true); err != nil {
+		if err := m.fsGroupWalk.apply(dir, *fsGroup, true); err != nil {
 			return HostVolume{}, err
 		}
 	}

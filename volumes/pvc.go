@@ -470,7 +470,7 @@ func (m *Manager) setUpLocal(ctx context.Context, pod *v1.Pod, pm pvMount) (Host
 	if fsGroupChangePolicyOf(pod) == v1.FSGroupChangeOnRootMismatch && !fsGroupChangeNeeded(target, *gid, false) {
 		return hv, nil
 	}
-	if err := applyFSGroup(target, *gid, false); err != nil {
+	if err := m.fsGroupWalk.apply(target, *gid, false); err != nil {
 		// Unmounted, so the next sync mounts again and retries the change.
 		return HostVolume{}, errors.Join(err, mountutil.Unmount(target))
 	}

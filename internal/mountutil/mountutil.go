@@ -80,19 +80,64 @@ func IsMountPoint(path string) (bool, error) {
 }
 
 // UnmountAllUnder unmounts every mount point at or below dir, deepest first,
-// and returns how many it unmounted.
+// and returns how many it unmounted. Mount points are the kernel's resolved
+// paths, so a symlink on the way to one (a directory swapped for a link
+// since mountinfo was read) is refused, never followed to another mount.
 func UnmountAllUnder(dir string) (int, error) {
+	return (&unmounter{}).allUnder(dir)
+}
+
+type unmounter struct {
+	// beforeUnmount, set by tests only, runs after mountinfo was read and
+	// before mp is unmounted: the window in which a path can change.
+	beforeUnmount func(mp string)
+}
+
+func (u *unmounter) allUnder(dir string) (int, error) {
 	mps, err := PointsUnder(dir)
 	if err != nil {
 		return 0, err
 	}
 	var errs []error
 	for _, mp := range mps {
-		if err := Unmount(mp); err != nil {
+		if u.beforeUnmount != nil {
+			u.beforeUnmount(mp)
+		}
+		if err := unmountResolved(mp); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return len(mps), errors.Join(errs...)
+}
+
+// unmountResolved is Unmount for a path with no symlink in it (as mountinfo
+// spells mount points): its directory is opened with RESOLVE_NO_SYMLINKS and
+// the mount point unmounted through that descriptor, not followed if a link.
+func unmountResolved(mp string) error {
+	dirFd, err := unix.Openat2(unix.AT_FDCWD, filepath.Dir(mp), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		// Before Linux 5.6: the last component at least is not followed.
+		if err := unmount(mp, unix.UMOUNT_NOFOLLOW); err != nil {
+			return fmt.Errorf("unmounting %s: %w", mp, err)
+		}
+		return nil
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone with its directory: nothing mounted there any more
+	}
+	if err != nil {
+		return fmt.Errorf("unmounting %s: opening its directory: %w", mp, err)
+	}
+	defer unix.Close(dirFd)
+	// /proc/self/fd/N is the directory opened above, whatever its path now.
+	err = unmount(fmt.Sprintf("/proc/self/fd/%d/%s", dirFd, filepath.Base(mp)), unix.UMOUNT_NOFOLLOW)
+	if err != nil {
+		return fmt.Errorf("unmounting %s: %w", mp, err)
+	}
+	return nil
 }
 
 // UnmountAndRemoveAll unmounts everything at or below dir and then removes
@@ -121,7 +166,16 @@ func RemoveAllUnmounted(dir string) error {
 
 // Unmount unmounts path; a path that is not a mount point is not an error.
 func Unmount(path string) error {
-	err := unix.Unmount(path, 0)
+	if err := unmount(path, 0); err != nil {
+		return fmt.Errorf("unmounting %s: %w", path, err)
+	}
+	return nil
+}
+
+// unmount unmounts path with flags, detaching it when busy; a path that is
+// not a mount point is not an error.
+func unmount(path string, flags int) error {
+	err := unix.Unmount(path, flags)
 	if errors.Is(err, unix.EINVAL) {
 		// Not a mount point (any more): nothing to do.
 		return nil
@@ -129,12 +183,9 @@ func Unmount(path string) error {
 	if errors.Is(err, unix.EBUSY) {
 		// Still in use (a container not yet gone); detach so it is freed
 		// when released instead of pinning the pod directory forever.
-		err = unix.Unmount(path, unix.MNT_DETACH)
+		err = unix.Unmount(path, flags|unix.MNT_DETACH)
 	}
-	if err != nil {
-		return fmt.Errorf("unmounting %s: %w", path, err)
-	}
-	return nil
+	return err
 }
 
 // RemoveAt removes the entry name of the directory open as dir, resolving

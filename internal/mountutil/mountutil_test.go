@@ -403,3 +403,41 @@ func TestCrossesMount(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmountAllUnderDoesNotFollowSwappedLink swaps a directory holding a
+// mount point for a symlink to a directory holding a host mount point after
+// mountinfo was read: unmounting by path would take the host mount down.
+func TestUnmountAllUnderDoesNotFollowSwappedLink(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir()
+	host := filepath.Join(base, "host", "mnt")
+	mkdir(t, host)
+	tmpfs(t, host)
+	write(t, filepath.Join(host, "f"), "host data")
+	pod := filepath.Join(base, "pod")
+	mp := filepath.Join(pod, "a", "mnt")
+	mkdir(t, mp)
+	tmpfs(t, mp)
+	moved := filepath.Join(base, "moved")
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(moved, "mnt"), unix.MNT_DETACH) })
+	u := &unmounter{beforeUnmount: func(p string) {
+		if p != mp {
+			return
+		}
+		if err := os.Rename(filepath.Join(pod, "a"), moved); err != nil {
+			t.Errorf("moving the directory away: %v", err)
+		}
+		if err := os.Symlink("../host", filepath.Join(pod, "a")); err != nil {
+			t.Error(err)
+		}
+	}}
+	if _, err := u.allUnder(pod); !errors.Is(err, unix.ELOOP) {
+		t.Errorf("allUnder = %v, want %v (a link on the way to a mount point)", err, unix.ELOOP)
+	}
+	if m, err := IsMountPoint(host); err != nil || !m {
+		t.Errorf("host mount point %s unmounted: %v, %v", host, m, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(host, "f")); err != nil || string(got) != "host data" {
+		t.Errorf("host file: %q, %v", got, err)
+	}
+}

@@ -125,9 +125,6 @@ func unmountResolved(mp string) error {
 		}
 		return nil
 	}
-	if errors.Is(err, unix.ENOENT) {
-		return nil // gone with its directory: nothing mounted there any more
-	}
 	if err != nil {
 		return fmt.Errorf("unmounting %s: opening its directory: %w", mp, err)
 	}

@@ -121,6 +121,9 @@ type Generic struct {
 	relistTime time.Time
 	relistErr  error
 	seen       []*podSnapshot
+	// listed: a relist listed the runtime and set seen at least once. Until
+	// then an empty Pods means "not known yet", not "nothing runs".
+	listed bool
 	// requested are pods RequestReinspect asked for, taken by the next relist.
 	requested map[types.UID]bool
 	// periodChanged wakes Start when SetRelistPeriod shortened the wait.
@@ -230,6 +233,15 @@ func (g *Generic) Pods() []*PodStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// Listed reports whether a relist has listed the runtime successfully at least
+// once, so Pods reflects what the runtime runs. A runtime slow or failing at
+// start leaves it false; events alone do not set it.
+func (g *Generic) Listed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.listed
 }
 
 // podSnapshot is one pod as seen by one relist listing.
@@ -512,6 +524,7 @@ func (g *Generic) Relist(ctx context.Context) {
 	slices.SortFunc(seen, func(a, b *podSnapshot) int { return cmp.Compare(a.uid, b.uid) })
 	g.mu.Lock()
 	g.seen = seen
+	g.listed = true
 	g.mu.Unlock()
 
 	// Events go out only after the cache holds the state they announce.

@@ -329,6 +329,28 @@ func TestPods(t *testing.T) {
 	}
 }
 
+// TestListed: only a successful listing makes Pods authoritative, and a later
+// failure does not take that back (Pods keeps the last successful listing).
+func TestListed(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	h.runPod("a")
+	h.fake.InjectError("ListPodSandbox", status.Error(codes.DeadlineExceeded, "runtime slow"))
+	h.pleg.Relist(ctx)
+	if h.pleg.Listed() || len(h.pleg.Pods()) != 0 {
+		t.Fatalf("after a failed first relist: Listed() = %v, Pods() = %v", h.pleg.Listed(), h.pleg.Pods())
+	}
+	h.pleg.Relist(ctx)
+	if !h.pleg.Listed() || len(h.pleg.Pods()) != 1 {
+		t.Fatalf("after a good relist: Listed() = %v, Pods() = %v", h.pleg.Listed(), h.pleg.Pods())
+	}
+	h.fake.InjectError("ListContainers", status.Error(codes.Unavailable, "runtime down"))
+	h.pleg.Relist(ctx)
+	if !h.pleg.Listed() || len(h.pleg.Pods()) != 1 {
+		t.Fatalf("after a later failed relist: Listed() = %v, Pods() = %v", h.pleg.Listed(), h.pleg.Pods())
+	}
+}
+
 func TestHealthy(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)

@@ -60,6 +60,29 @@ type Input struct {
 	PodSecrets []kubeletconfigv1beta1.ImagePullSecret
 }
 
+// origin is what is known of where a present image came from.
+type origin struct {
+	rec        *kubeletconfigv1beta1.ImagePulledRecord // its image ID's record, written or not yet
+	unreadable bool                                    // a record or intent file does not decode
+	intent     bool                                    // a pull intent for the image's own name
+	// inFlightIDs are the image IDs the images of the pulls in flight have
+	// now; inFlightUnknown says the runtime could not be asked for one.
+	inFlightIDs     []string
+	inFlightUnknown bool
+}
+
+// known: the records alone say the image was pulled by nodelet.
+func (o origin) known() bool { return o.rec != nil || o.unreadable || o.intent }
+
+// pulledByNodelet says whether the image present as imageRef may have come
+// from a pull by nodelet, so that it is not preloaded. A pull in flight whose
+// image already has imageRef counts: its record is about to land under the
+// other name's pull (a tag), while this pod names it another way (a digest).
+// A pull in flight the runtime could not be asked about counts too.
+func pulledByNodelet(o origin, imageRef string) bool {
+	return o.known() || o.inFlightUnknown || slices.Contains(o.inFlightIDs, imageRef)
+}
+
 // Decision is the outcome of Decide.
 type Decision struct {
 	Action Action

@@ -3,6 +3,8 @@ package pullrecords
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -19,14 +21,24 @@ type ImageStatuser interface {
 
 // Manager keeps the pull intents and pulled records on disk, with an in-memory
 // cache in front (nodelet is their only writer), and answers Verify with Decide.
+//
+// Intents are keyed by image name, records by image ID, so a pod naming the
+// same image another way (by digest) finds neither between a pull's end and
+// its record: Verify then asks which IDs the pulls in flight resolve to. A
+// record is cached before it is written, and a failed write is retried by
+// every later call, the pull's intent kept until it lands.
 type Manager struct {
 	policy Policy
 	store  *store
+	images ImageStatuser
 	clock  clock.PassiveClock
 
 	mu      sync.Mutex
 	records map[string]cachedRecord // by image ID
 	intents map[string]int          // pulls in flight, by container image
+	// unsaved are the image IDs whose cached record is not on disk yet (its
+	// write failed), with the images whose pull intents wait for it.
+	unsaved map[string][]string
 }
 
 type cachedRecord struct {
@@ -43,7 +55,10 @@ func Open(ctx context.Context, rootDir string, policy Policy, images ImageStatus
 	if err != nil {
 		return nil, fmt.Errorf("opening image pull records: %w", err)
 	}
-	m := &Manager{policy: policy, store: s, clock: clk, records: map[string]cachedRecord{}, intents: map[string]int{}}
+	m := &Manager{
+		policy: policy, store: s, images: images, clock: clk,
+		records: map[string]cachedRecord{}, intents: map[string]int{}, unsaved: map[string][]string{},
+	}
 	s.migrateRecords()
 	logger := klog.FromContext(ctx)
 	for _, intent := range s.listIntents() {
@@ -79,8 +94,18 @@ func (m *Manager) Verify(ctx context.Context, pullPolicy v1.PullPolicy, image, i
 	in := Input{Policy: m.policy, PullPolicy: pullPolicy, Image: image, Present: imageRef != ""}
 	if in.Present && pullPolicy != v1.PullAlways {
 		m.mu.Lock()
-		m.recordsStateLocked(ctx, &in, imageRef)
+		m.flushLocked(ctx)
+		o := m.originLocked(ctx, image, imageRef)
+		inFlight := slices.Sorted(maps.Keys(m.intents))
 		m.mu.Unlock()
+		if !o.known() && len(inFlight) > 0 {
+			// Outside the lock: the runtime is asked. A pull that ends
+			// meanwhile has its record cached before its intent goes, so
+			// either this listing or the record shows it.
+			o.inFlightIDs, o.inFlightUnknown = m.resolve(ctx, inFlight)
+		}
+		in.Record, in.RecordsUnreadable = o.rec, o.unreadable
+		in.PulledByKubelet = pulledByNodelet(o, imageRef)
 		// Records are replaced, never changed in place: in.Record stays valid.
 		if in.Record != nil && podSecrets != nil {
 			in.PodSecrets = podSecrets()
@@ -100,20 +125,40 @@ func (m *Manager) Verify(ctx context.Context, pullPolicy v1.PullPolicy, image, i
 	return d
 }
 
-// recordsStateLocked fills in what the records say about in.Image as imageRef.
-func (m *Manager) recordsStateLocked(ctx context.Context, in *Input, imageRef string) {
+// originLocked collects what the records and intents say about image,
+// present as imageRef.
+func (m *Manager) originLocked(ctx context.Context, image, imageRef string) origin {
 	c := m.recordLocked(ctx, imageRef)
-	in.Record, in.RecordsUnreadable = c.rec, c.unreadable
-	in.PulledByKubelet = c.rec != nil || c.unreadable || m.intents[in.Image] > 0
-	if in.PulledByKubelet {
-		return
+	o := origin{rec: c.rec, unreadable: c.unreadable, intent: m.intents[image] > 0}
+	if o.known() {
+		return o
 	}
-	exists, err := m.store.intentExists(in.Image)
+	exists, err := m.store.intentExists(image)
 	if err != nil {
-		klog.FromContext(ctx).Info("Ignoring an unreadable image pull intent", "image", in.Image, "err", err)
-		in.RecordsUnreadable = true
+		klog.FromContext(ctx).Info("Ignoring an unreadable image pull intent", "image", image, "err", err)
+		o.unreadable = true
 	}
-	in.PulledByKubelet = exists
+	o.intent = exists
+	return o
+}
+
+// resolve returns the image IDs the images being pulled have now (none for
+// one not present yet), and whether any could not be asked.
+func (m *Manager) resolve(ctx context.Context, images []string) ([]string, bool) {
+	var ids []string
+	unknown := false
+	for _, image := range images {
+		resp, err := m.images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)
+		if err != nil {
+			klog.FromContext(ctx).Info("Image status of a pull in flight unknown", "image", image, "err", err)
+			unknown = true
+			continue
+		}
+		if id := resp.GetImage().GetId(); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids, unknown
 }
 
 // RecordPullIntent notes, before a pull, that nodelet is pulling image, so a
@@ -121,6 +166,7 @@ func (m *Manager) recordsStateLocked(ctx context.Context, in *Input, imageRef st
 func (m *Manager) RecordPullIntent(ctx context.Context, image string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.flushLocked(ctx)
 	if err := m.store.writeIntent(image); err != nil {
 		return fmt.Errorf("recording the intent to pull %s: %w", image, err)
 	}
@@ -129,13 +175,18 @@ func (m *Manager) RecordPullIntent(ctx context.Context, image string) error {
 }
 
 // RecordImagePulled records that creds pulled image as imageRef. When the record
-// cannot be written the intent stays, so the image keeps counting as pulled by
-// nodelet and is verified again.
+// cannot be written it counts from memory and is written again by the next
+// call; the intent stays until it is, so a restart meanwhile still finds the
+// image pulled by nodelet.
 func (m *Manager) RecordImagePulled(ctx context.Context, image, imageRef string, creds *kubeletconfigv1beta1.ImagePullCredentials) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.flushLocked(ctx)
 	if err := m.mergeLocked(ctx, image, imageRef, creds); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to write an image pulled record", "image", image, "imageRef", imageRef)
+		if waiting, unsaved := m.unsaved[imageRef]; unsaved {
+			m.unsaved[imageRef] = append(waiting, image)
+		}
 		return
 	}
 	m.releaseIntentLocked(ctx, image)
@@ -186,12 +237,37 @@ func (m *Manager) mergeLocked(ctx context.Context, image, imageRef string, creds
 	if err != nil {
 		return fmt.Errorf("recording the pull of %s: %w", image, err)
 	}
-	if !changed {
+	if changed {
+		// Cached first: the record counts even if the write below fails.
+		m.records[imageRef] = cachedRecord{rec: rec}
+	} else if _, unsaved := m.unsaved[imageRef]; !unsaved {
 		return nil
 	}
-	if err := m.store.writeRecord(rec); err != nil {
+	return m.saveLocked(ctx, imageRef)
+}
+
+// saveLocked writes imageRef's cached record. A failure leaves it unsaved
+// for the next call to retry; success releases the intents that waited for it.
+func (m *Manager) saveLocked(ctx context.Context, imageRef string) error {
+	if err := m.store.writeRecord(m.records[imageRef].rec); err != nil {
+		if _, ok := m.unsaved[imageRef]; !ok {
+			m.unsaved[imageRef] = nil
+		}
 		return fmt.Errorf("writing the pulled record of %s: %w", imageRef, err)
 	}
-	m.records[imageRef] = cachedRecord{rec: rec}
+	waiting := m.unsaved[imageRef]
+	delete(m.unsaved, imageRef)
+	for _, image := range waiting {
+		m.releaseIntentLocked(ctx, image)
+	}
 	return nil
+}
+
+// flushLocked retries the writes that failed.
+func (m *Manager) flushLocked(ctx context.Context) {
+	for _, imageRef := range slices.Sorted(maps.Keys(m.unsaved)) {
+		if err := m.saveLocked(ctx, imageRef); err != nil {
+			klog.FromContext(ctx).Error(err, "Failed again to write an image pulled record", "imageRef", imageRef)
+		}
+	}
 }

@@ -18,6 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // fakeImages answers ImageStatus from a map of image → ID.
@@ -326,5 +328,106 @@ func TestLeftoverTempFiles(t *testing.T) {
 	}
 	if got := verify(t, m, v1.PullIfNotPresent); got != UsePresent {
 		t.Errorf("preloaded image next to a leftover temp file: %s, want UsePresent", got)
+	}
+}
+
+// appByDigest names appImage's image by digest, as a second pod may.
+const appByDigest = "reg.example.com/team/app@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+// TestDigestBeforeRecordLands: a pull of appImage by tag has finished at the
+// runtime but its record has not landed (RecordImagePulled not called yet),
+// and a pod without credentials names the same image by digest. Before the
+// fix the intent (by name) and the record (by ID) both missed it, and the
+// image counted as preloaded: the pod used it without credentials.
+func TestDigestBeforeRecordLands(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, t.TempDir(), kubeletconfigv1beta1.NeverVerifyPreloadedImages, fakeImages{appImage: appRef})
+	if err := m.RecordPullIntent(ctx, appImage); err != nil {
+		t.Fatal(err)
+	}
+	for pp, want := range map[v1.PullPolicy]Action{v1.PullIfNotPresent: Pull, v1.PullNever: RefuseNeverPull} {
+		if got := m.Verify(ctx, pp, appByDigest, appRef, nil).Action; got != want {
+			t.Errorf("%s, by digest before the record: %s, want %s", pp, got, want)
+		}
+	}
+	// A preloaded image with another ID stays preloaded meanwhile.
+	if got := m.Verify(ctx, v1.PullIfNotPresent, "reg.example.com/team/preloaded:1", "sha256:pre", nil).Action; got != UsePresent {
+		t.Errorf("preloaded image during another pull: %s, want UsePresent", got)
+	}
+	m.RecordImagePulled(ctx, appImage, appRef, &kubeletconfigv1beta1.ImagePullCredentials{KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{secretA}})
+	secrets := func(s ...kubeletconfigv1beta1.ImagePullSecret) func() []kubeletconfigv1beta1.ImagePullSecret {
+		return func() []kubeletconfigv1beta1.ImagePullSecret { return s }
+	}
+	if got := m.Verify(ctx, v1.PullIfNotPresent, appByDigest, appRef, secrets()).Action; got != Pull {
+		t.Errorf("by digest, no credentials, after the record: %s, want Pull", got)
+	}
+	if got := m.Verify(ctx, v1.PullIfNotPresent, appByDigest, appRef, secrets(secretA)).Action; got != UsePresent {
+		t.Errorf("by digest, the pulling secret, after the record: %s, want UsePresent", got)
+	}
+}
+
+// TestFailedRecordWriteIsRetried: the record of a finished pull fails to be
+// written once. Before the fix nothing wrote it again and the image, named by
+// digest, counted as preloaded until a restart.
+func TestFailedRecordWriteIsRetried(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	m := open(t, root, kubeletconfigv1beta1.NeverVerifyPreloadedImages, nil)
+	pulledDir := filepath.Join(root, "image_manager", "pulled")
+	failures := 0
+	m.store.writeFile = func(path string, data []byte, perm os.FileMode) error {
+		if filepath.Dir(path) == pulledDir && failures == 0 {
+			failures++
+			return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+		}
+		return atomicfile.WriteFile(path, data, perm)
+	}
+	if err := m.RecordPullIntent(ctx, appImage); err != nil {
+		t.Fatal(err)
+	}
+	m.RecordImagePulled(ctx, appImage, appRef, &kubeletconfigv1beta1.ImagePullCredentials{KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{secretA}})
+	if failures != 1 {
+		t.Fatalf("the record write did not fail once: %d", failures)
+	}
+	if got := m.Verify(ctx, v1.PullIfNotPresent, appByDigest, appRef, nil).Action; got != Pull {
+		t.Errorf("by digest after a failed record write: %s, want Pull", got)
+	}
+	// That call wrote the record again, and the intent went with it.
+	recordPath := filepath.Join(pulledDir, hashed(appRef))
+	if _, err := os.Stat(recordPath); err != nil {
+		t.Fatalf("the failed record was not written again: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "image_manager", "pulling", hashed(appImage))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the intent outlived the record's write: %v", err)
+	}
+	m2 := open(t, root, kubeletconfigv1beta1.NeverVerifyPreloadedImages, nil)
+	for _, tc := range []struct {
+		secrets []kubeletconfigv1beta1.ImagePullSecret
+		want    Action
+	}{{nil, Pull}, {[]kubeletconfigv1beta1.ImagePullSecret{secretA}, UsePresent}} {
+		if got := m2.Verify(ctx, v1.PullIfNotPresent, appByDigest, appRef, func() []kubeletconfigv1beta1.ImagePullSecret { return tc.secrets }).Action; got != tc.want {
+			t.Errorf("after a restart, secrets %v: %s, want %s", tc.secrets, got, tc.want)
+		}
+	}
+}
+
+func TestPulledByNodelet(t *testing.T) {
+	rec := record(nil)
+	for _, tt := range []struct {
+		name string
+		o    origin
+		want bool
+	}{
+		{"nothing known: preloaded", origin{}, false},
+		{"a record", origin{rec: rec}, true},
+		{"unreadable records", origin{unreadable: true}, true},
+		{"an intent for its name", origin{intent: true}, true},
+		{"a pull in flight resolved to its ID", origin{inFlightIDs: []string{"sha256:other", appRef}}, true},
+		{"pulls in flight of other images", origin{inFlightIDs: []string{"sha256:other"}}, false},
+		{"a pull in flight not asked about", origin{inFlightUnknown: true}, true},
+	} {
+		if got := pulledByNodelet(tt.o, appRef); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

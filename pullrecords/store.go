@@ -45,6 +45,9 @@ type store struct {
 	pullingDir, pulledDir string
 	encoder               runtime.Encoder
 	decoder               runtime.Decoder
+	// writeFile writes a file atomically (atomicfile.WriteFile); tests make
+	// it fail to prove a failed write is retried.
+	writeFile func(path string, data []byte, perm fs.FileMode) error
 }
 
 func newStore(rootDir string) (*store, error) {
@@ -67,6 +70,7 @@ func newStore(rootDir string) (*store, error) {
 		pulledDir:  filepath.Join(base, pulledDirName),
 		encoder:    codecs.EncoderForVersion(info.Serializer, kubeletconfigv1beta1.SchemeGroupVersion),
 		decoder:    codecs.UniversalDeserializer(),
+		writeFile:  atomicfile.WriteFile,
 	}
 	for _, d := range []string{base, s.pullingDir, s.pulledDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -268,7 +272,7 @@ func (s *store) write(dir, name string, obj runtime.Object) error {
 	if err := s.encoder.Encode(obj, &buf); err != nil {
 		return fmt.Errorf("encoding %s: %w", name, err)
 	}
-	return atomicfile.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o600)
+	return s.writeFile(filepath.Join(dir, name), buf.Bytes(), 0o600)
 }
 
 // readFile reads a regular file without following a symlink, up to maxRecordSize.

@@ -159,6 +159,7 @@ func (f *fakeRuntime) copyOf(uid types.UID) *pleg.PodStatus {
 func (f *fakeRuntime) Watch() <-chan *pleg.Event  { return nil }
 func (f *fakeRuntime) Relist(ctx context.Context) {}
 func (f *fakeRuntime) RequestReinspect(types.UID) {}
+func (f *fakeRuntime) Listed() bool               { return true }
 func (f *fakeRuntime) Pods() []*pleg.PodStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -59,6 +59,10 @@ type PLEG interface {
 	// RequestReinspect makes the next relist inspect the pod although no
 	// container changed state (a resize changes resources only).
 	RequestReinspect(uid types.UID)
+	// Listed says a relist listed the runtime successfully at least once: until
+	// then Pods is empty for want of a listing, and nothing may be cleaned up
+	// on the strength of a pod missing from it.
+	Listed() bool
 }
 
 // StatusManager keeps pod statuses and reports them.
@@ -352,7 +356,8 @@ func (l *Loop) Run(ctx context.Context) {
 			}
 			resizeTimer.Reset(next)
 		case <-housekeeping.C():
-			if !l.deps.Sources.SourcesReady() {
+			sourcesReady := l.deps.Sources.SourcesReady()
+			if !sourcesReady {
 				continue
 			}
 			// Synced means the pods the sources had when they became ready are admitted:
@@ -361,7 +366,7 @@ func (l *Loop) Run(ctx context.Context) {
 				continue
 			}
 			start := l.deps.Clock.Now()
-			l.housekeeping(ctx)
+			l.housekeeping(ctx, sourcesReady)
 			if d := l.deps.Clock.Since(start); d > time.Second {
 				logger.Info("Housekeeping took longer than expected", "duration", d)
 			}
@@ -770,8 +775,8 @@ func (l *Loop) CanDeletePod(pod *v1.Pod) bool {
 // housekeeping passes every worker through step (finished workers of pods nobody
 // wants go), kills pods the runtime runs that nobody wants (deleted while
 // nodelet was down), forgets orphaned statuses, and removes orphaned pod dirs
-// and cgroups.
-func (l *Loop) housekeeping(ctx context.Context) {
+// and cgroups. sourcesReady is what the sources said at this tick.
+func (l *Loop) housekeeping(ctx context.Context, sourcesReady bool) {
 	l.mu.Lock()
 	workers := make([]*worker, 0, len(l.workers))
 	for _, w := range l.workers {
@@ -807,7 +812,7 @@ func (l *Loop) housekeeping(ctx context.Context) {
 	l.mu.Unlock()
 	l.deps.Status.RemoveOrphanedStatuses(keep)
 	l.deps.Allocations.RemoveOrphanedPods(keep)
-	l.cleanupOrphanedPodDirs(ctx, keep)
+	l.cleanupOrphanedPodDirs(ctx, keep, sourcesReady)
 	l.cleanupPodCgroups(ctx)
 	l.deps.Runtime.GCBackoff()
 }
@@ -858,7 +863,8 @@ func orphanGrace(p *pleg.PodStatus) int64 {
 // cleanupPodCgroups removes the cgroup of every pod with nothing running any more
 // (stopped, finished or gone). A cgroup still busy is left for the next round.
 func (l *Loop) cleanupPodCgroups(ctx context.Context) {
-	if l.deps.PodCgroups == nil {
+	// Before a successful listing every pod looks stopped.
+	if l.deps.PodCgroups == nil || !l.deps.PLEG.Listed() {
 		return
 	}
 	list, err := l.deps.PodCgroups.ListPodCgroups()
@@ -886,8 +892,16 @@ func (l *Loop) cleanupPodCgroups(ctx context.Context) {
 	}
 }
 
-func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bool) {
+// cleanupOrphanedPodDirs tears down the volumes and removes the directory of
+// every pod nobody wants and the runtime does not run (mayCleanOrphan decides).
+func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bool, sourcesReady bool) {
 	if l.cfg.RootDir == "" {
+		return
+	}
+	// Listed before Pods: once true, Pods is a successful listing.
+	listed := l.deps.PLEG.Listed()
+	if ok, why := mayCleanOrphan(orphanFacts{sourcesReady: sourcesReady, listed: listed}); !ok {
+		klog.FromContext(ctx).V(2).Info("Skipping cleanup of orphaned pod directories", "reason", why)
 		return
 	}
 	entries, err := os.ReadDir(filepath.Join(l.cfg.RootDir, "pods"))
@@ -900,7 +914,11 @@ func (l *Loop) cleanupOrphanedPodDirs(ctx context.Context, keep map[types.UID]bo
 	}
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if !e.IsDir() || keep[uid] || inRuntime[uid] {
+		if !e.IsDir() {
+			continue
+		}
+		f := orphanFacts{sourcesReady: sourcesReady, listed: listed, wanted: keep[uid], inListing: inRuntime[uid]}
+		if ok, _ := mayCleanOrphan(f); !ok {
 			continue
 		}
 		if err := l.deps.Volumes.TearDownPod(ctx, uid); err != nil {

@@ -12,6 +12,37 @@ import (
 	"github.com/nodelet/nodelet/internal/mountutil"
 )
 
+// orphanFacts are what decides whether a pod directory under <root>/pods may
+// be torn down (volumes unmounted, directory removed).
+type orphanFacts struct {
+	sourcesReady bool // every pod source delivered its first snapshot
+	listed       bool // a relist listed the runtime successfully at least once
+	wanted       bool // a source holds the pod, or a worker still handles it
+	inListing    bool // the last successful listing has a sandbox or container of the pod
+}
+
+// mayCleanOrphan says whether an orphaned pod's directory may go now, and if
+// not, why. Until the sources are ready a wanted pod looks orphaned; until
+// the runtime was listed once a running pod looks gone (a runtime slow at
+// start), so its volumes would be unmounted under its containers. Upstream's
+// sync loop likewise waits for the PLEG's first successful relist, and its
+// cleanupOrphanedPodDirs keeps the directories of pods the runtime runs.
+// A pod in the listing is left to its kill (housekeeping gives it a worker),
+// which tears its volumes down once its containers stopped.
+func mayCleanOrphan(f orphanFacts) (bool, string) {
+	switch {
+	case !f.sourcesReady:
+		return false, "pod sources not ready"
+	case !f.listed:
+		return false, "runtime not listed successfully yet"
+	case f.wanted:
+		return false, "pod wanted"
+	case f.inListing:
+		return false, "pod has a sandbox or container in the runtime"
+	}
+	return true, ""
+}
+
 // removeOrphanedPodDir removes the directory of a pod nobody wants, never
 // crossing a mount point: what nodelet mounted is already gone (the volumes
 // were torn down), so anything still mounted belongs to someone else (a CSI

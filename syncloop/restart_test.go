@@ -98,7 +98,7 @@ func TestStaticPodPutBackRunsAgain(t *testing.T) {
 				if st, _ := s.status.GetPodStatus(pod.UID); !podutil.IsTerminal(st.Phase) {
 					t.Fatalf("old life ended in phase %q, want a terminal one", st.Phase)
 				}
-				s.housekeeping(s.ctx)
+				s.housekeeping(s.ctx, true)
 				if s.worker(pod.UID) != nil {
 					t.Fatal("the old worker was not dropped")
 				}
@@ -120,7 +120,7 @@ func TestStaticPodPutBackRunsAgain(t *testing.T) {
 				if st, ok := s.status.GetPodStatus(pod.UID); ok {
 					t.Errorf("the old life wrote its final status (%q) after the pod came back", st.Phase)
 				}
-				s.housekeeping(s.ctx) // drops the old worker and starts the pod again
+				s.housekeeping(s.ctx, true) // drops the old worker and starts the pod again
 			}
 
 			eventually.True(t, "the pod to run again", func() bool { return s.rt.running(pod.UID) })
@@ -143,7 +143,7 @@ func TestStaticPodPutBackRunsAgain(t *testing.T) {
 			}
 			// Housekeeping leaves the new life alone.
 			w := s.worker(pod.UID)
-			s.housekeeping(s.ctx)
+			s.housekeeping(s.ctx, true)
 			if s.worker(pod.UID) != w || s.rt.count("KillPod", pod.UID) != 1 {
 				t.Error("housekeeping disturbed the new life")
 			}
@@ -164,7 +164,7 @@ func TestStaticPodRemovedAgainBeforeRestartStaysGone(t *testing.T) {
 	g.open()
 	eventually.True(t, "the pod to be reclaimed", func() bool { return s.CanDeletePod(pod) })
 	eventually.True(t, "the old worker to be dropped", func() bool {
-		s.housekeeping(s.ctx)
+		s.housekeeping(s.ctx, true)
 		return s.worker(pod.UID) == nil
 	})
 	if n := s.rt.count("SyncPod", pod.UID); n != 1 || s.rt.running(pod.UID) {

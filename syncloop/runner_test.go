@@ -36,7 +36,7 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 	}
 	for i := range 20 {
 		s.clk.Step(2 * time.Second)
-		s.housekeeping(s.ctx)
+		s.housekeeping(s.ctx, true)
 		if got := s.worker(pod.UID); got != w {
 			t.Fatalf("housekeeping round %d replaced the pod's worker while RemovePod ran (orphan worker for the same UID)", i)
 		}
@@ -52,7 +52,7 @@ func TestRemovalWhileRemovePodIsSlowKeepsOneWorker(t *testing.T) {
 	exited := w.exited
 	s.mu.Unlock()
 	waitClosed(t, exited, "the worker goroutine to return")
-	s.housekeeping(s.ctx)
+	s.housekeeping(s.ctx, true)
 	if got := s.worker(pod.UID); got != nil {
 		t.Errorf("the worker of a reclaimed pod the runtime no longer lists was not dropped")
 	}

@@ -221,7 +221,6 @@ func (s *Server) serveLogQuery(w http.ResponseWriter, r *http.Request, n *nodeLo
 		_, _ = fmt.Fprintf(out, "\nlog not found for %v\n", files)
 		return
 	}
-	defer fsys.Close()
 	for _, svc := range files {
 		copyServiceFile(ctx, out, fsys, svc)
 	}

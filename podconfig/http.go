@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -53,9 +55,51 @@ func (c *Config) RunHTTPSource(ctx context.Context, url string, header http.Head
 		period = DefaultHTTPCheckFrequency
 	}
 	c.registerSource(podutil.SourceHTTP)
-	s := &httpSource{url: url, header: header, client: &http.Client{Timeout: httpFetchTimeout}}
+	s := newHTTPSource(url, header)
 	klog.FromContext(ctx).V(1).Info("Watching URL for static pods", "url", url)
 	c.poll(ctx, period, func() { c.checkHTTPSource(ctx, s) })
+}
+
+// maxHTTPRedirects is Go's default limit, which a CheckRedirect of one's own must keep.
+const maxHTTPRedirects = 10
+
+func newHTTPSource(target string, header http.Header) *httpSource {
+	client := &http.Client{Timeout: httpFetchTimeout, CheckRedirect: dropHeaderOffOrigin(header)}
+	return &httpSource{url: target, header: header, client: client}
+}
+
+// dropHeaderOffOrigin is the client's redirect policy. Go's client copies every
+// header of the first request onto each redirect and strips only Authorization,
+// WWW-Authenticate and cookies when the host changes; staticPodURLHeader often
+// carries credentials under other names, so its keys are removed from a redirect
+// to another origin (scheme, host or port) than the first request's.
+func dropHeaderOffOrigin(header http.Header) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= maxHTTPRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxHTTPRedirects)
+		}
+		if !sameOrigin(req.URL, via[0].URL) {
+			for k := range header {
+				req.Header.Del(k)
+			}
+		}
+		return nil
+	}
+}
+
+// sameOrigin compares scheme, host and port (a default port written or not).
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && originPort(a) == originPort(b)
+}
+
+func originPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
 }
 
 // httpSource is the HTTP source's state between checks (owned by its goroutine).

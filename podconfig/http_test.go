@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -276,4 +277,93 @@ func TestHTTPSource(t *testing.T) {
 			t.Errorf("the second GET's headers = %v", ps.requests[1])
 		}
 	})
+}
+
+// TestHTTPSourceHeaderStaysOnItsOrigin: staticPodURLHeader goes with a redirect
+// to the same origin, never with one to another host (two test servers: the
+// same address, another port), whatever the header's name.
+func TestHTTPSourceHeaderStaysOnItsOrigin(t *testing.T) {
+	other := &podServer{status: http.StatusOK, body: jsonPod}
+	otherSrv := httptest.NewServer(other)
+	t.Cleanup(otherSrv.Close)
+	origin := &podServer{status: http.StatusOK, body: jsonPod}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/cross", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, otherSrv.URL+"/pods", http.StatusFound)
+	})
+	mux.HandleFunc("/same", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/pods", http.StatusFound)
+	})
+	mux.Handle("/pods", origin)
+	originSrv := httptest.NewServer(mux)
+	t.Cleanup(originSrv.Close)
+	header := HTTPHeader(map[string][]string{"X-Api-Key": {"s3cret"}, "X-Multi": {"a", "b"}})
+
+	for _, tc := range []struct {
+		path   string
+		server *podServer
+		sent   bool
+	}{
+		{"/same", origin, true},
+		{"/cross", other, false},
+	} {
+		s := newHTTPSource(originSrv.URL+tc.path, header)
+		if _, err := s.fetch(context.Background()); err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		if tc.server.count() != 1 {
+			t.Fatalf("GET %s: %d requests reached the redirect's target, want 1", tc.path, tc.server.count())
+		}
+		h := tc.server.requests[0]
+		got := h.Get("X-Api-Key") == "s3cret" && strings.Join(h.Values("X-Multi"), ",") == "a,b"
+		leaked := h.Get("X-Api-Key") != "" || len(h.Values("X-Multi")) > 0
+		if tc.sent && !got {
+			t.Errorf("GET %s: the same-origin redirect lost the header: %v", tc.path, h)
+		}
+		if !tc.sent && leaked {
+			t.Errorf("GET %s: the header went to another host: %v", tc.path, h)
+		}
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"http://h/x", "http://h/y", true},
+		{"http://h/x", "http://H:80/y", true},
+		{"https://h/x", "https://h:443/y", true},
+		{"http://h/x", "https://h/x", false},
+		{"http://h:8080/x", "http://h:8081/x", false},
+		{"http://h/x", "http://h.evil/x", false},
+		{"http://127.0.0.1/x", "http://localhost/x", false},
+	} {
+		a, _ := url.Parse(tc.a)
+		b, _ := url.Parse(tc.b)
+		if got := sameOrigin(a, b); got != tc.same {
+			t.Errorf("sameOrigin(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}
+
+// TestHTTPSourceRedirectLimit: the client's own redirect policy keeps Go's limit.
+func TestHTTPSourceRedirectLimit(t *testing.T) {
+	var n int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		http.Redirect(w, r, "/again", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	if _, err := newHTTPSource(srv.URL, http.Header{}).fetch(context.Background()); err == nil || !strings.Contains(err.Error(), "redirects") {
+		t.Fatalf("endless redirects: err = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != maxHTTPRedirects {
+		t.Errorf("%d requests, want %d", n, maxHTTPRedirects)
+	}
 }

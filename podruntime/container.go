@@ -24,6 +24,7 @@ import (
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/envvars"
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/podlogs"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
@@ -555,7 +556,7 @@ func TerminationMessage(spec *v1.Container, st *runtimeapi.ContainerStatus) stri
 		}
 	}
 	if spec.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError && st.ExitCode != 0 && st.GetLogPath() != "" {
-		if data, err := readAtMost(st.GetLogPath(), 2048, true); err == nil {
+		if data, err := readLogTail(st.GetLogPath(), 2048); err == nil {
 			return criLogText(data)
 		}
 	}
@@ -568,6 +569,24 @@ func readAtMost(path string, n int64, tail bool) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readFrom(f, n, tail)
+}
+
+// readLogTail reads the last n bytes of the container log at path, opened as
+// the log API opens it: pods that mount /var/log can plant a link to a host
+// file there (read into the pod's status) or a FIFO (which would block the
+// sync), so no link below the pods' log directory is followed and only a
+// regular file is opened.
+func readLogTail(path string, n int64) ([]byte, error) {
+	f, err := podlogs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening the container log for the termination message: %w", err)
+	}
+	defer f.Close()
+	return readFrom(f, n, true)
+}
+
+func readFrom(f *os.File, n int64, tail bool) ([]byte, error) {
 	if tail {
 		if fi, err := f.Stat(); err == nil && fi.Size() > n {
 			if _, err := f.Seek(fi.Size()-n, 0); err != nil {

@@ -184,7 +184,11 @@ func (u *UnionAuthenticator) Authenticate(r *http.Request) (*User, bool, error) 
 		}
 		if ok {
 			if !contains(user.Groups, AuthenticatedGroup) {
-				user.Groups = append(append([]string(nil), user.Groups...), AuthenticatedGroup)
+				// user may be shared (the token cache hands the same *User to every
+				// request with that token): change a copy, never it.
+				cp := *user
+				cp.Groups = append(append([]string(nil), user.Groups...), AuthenticatedGroup)
+				user = &cp
 			}
 			return user, true, nil
 		}

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -291,6 +292,53 @@ func TestUnionAddsAuthenticatedGroup(t *testing.T) {
 	}
 	if user.Name != "system:node:n" || strings.Join(user.Groups, ",") != "system:nodes,system:authenticated" {
 		t.Errorf("user = %+v", user)
+	}
+}
+
+// TestUnionLeavesTheCachedUserAlone: the token cache hands one *User to every
+// request with the same token, so the union must add system:authenticated to a
+// copy. Sequentially, the cached user keeps the groups the TokenReview gave;
+// concurrently (run with -race), no request writes what another reads.
+func TestUnionLeavesTheCachedUserAlone(t *testing.T) {
+	rev := &fakeTokenReviewer{tokens: map[string]authenticationv1.UserInfo{"good": {Username: "sa", Groups: []string{"g"}}}}
+	tokens := NewTokenAuthenticator(rev, time.Hour, clocktesting.NewFakeClock(time.Now()))
+	union := &UnionAuthenticator{Authenticators: []Authenticator{tokens}}
+	req := func() *http.Request {
+		r := httptest.NewRequest("GET", "/pods", nil)
+		r.Header.Set("Authorization", "Bearer good")
+		return r
+	}
+	cached, ok, err := tokens.Authenticate(req()) // fills the cache
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			u, ok, err := union.Authenticate(req())
+			if err != nil || !ok || strings.Join(u.Groups, ",") != "g,system:authenticated" {
+				errs <- fmt.Errorf("union: %+v %v %v", u, ok, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	again, _, _ := tokens.Authenticate(req())
+	if again != cached || strings.Join(cached.Groups, ",") != "g" {
+		t.Errorf("cached user groups = %q, want [g] (the TokenReview's, unchanged)", cached.Groups)
+	}
+	if n := rev.calls.Load(); n != 1 {
+		t.Errorf("TokenReviews = %d, want 1 (every request served from the cache)", n)
 	}
 }
 

@@ -10,10 +10,11 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"k8s.io/component-base/logs"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/safepath"
 )
 
 // DefaultSystemLogDir is what /logs/ serves upstream: the node's log directory.
@@ -106,8 +107,8 @@ func (s *Server) setVerbosity(w http.ResponseWriter, r *http.Request) {
 
 // systemLogs is GET /logs/: files and directory listings under SystemLogDir, and
 // with EnableSystemLogQuery the node log query (?query=, logquery.go). The
-// path is hostile: any ".." is refused outright, and files are opened through an
-// os.Root, which resolves every component with openat and refuses symlinks that
+// path is hostile: any ".." is refused outright, and files are opened through
+// logFS, which resolves every component with openat and refuses symlinks that
 // lead out of the directory, so a link in /var/log to /etc/shadow is never read.
 func (s *Server) systemLogs(w http.ResponseWriter, r *http.Request) {
 	rel := strings.TrimPrefix(r.URL.Path, "/logs/")
@@ -145,22 +146,25 @@ func (s *Server) systemLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the system log directory is not available", http.StatusNotFound)
 		return
 	}
-	defer fsys.Close()
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = "/" + rel
 	r2.URL.RawPath = ""
 	http.FileServerFS(fsys).ServeHTTP(w, r2)
 }
 
-// openLogFS opens SystemLogDir for /logs/ and the log query's file fallback
-// (logged here, so callers only say what the client sees).
+// openLogFS is SystemLogDir for /logs/ and the log query's file fallback, once
+// it is known to be a directory (the failure is logged here, so callers only say
+// what the client sees).
 func (s *Server) openLogFS() (logFS, error) {
-	root, err := os.OpenRoot(s.cfg.SystemLogDir)
+	fi, err := os.Stat(s.cfg.SystemLogDir)
+	if err == nil && !fi.IsDir() {
+		err = fmt.Errorf("%s is not a directory", s.cfg.SystemLogDir)
+	}
 	if err != nil {
 		klog.V(2).InfoS("Opening the system log directory", "dir", s.cfg.SystemLogDir, "err", err)
 		return logFS{}, fmt.Errorf("opening the system log directory: %w", err)
 	}
-	return logFS{root: root}, nil
+	return logFS{dir: s.cfg.SystemLogDir}, nil
 }
 
 // validLogPath says whether p (below /logs/, decoded) names something under the log
@@ -179,32 +183,28 @@ func validLogPath(p string) bool {
 	return true
 }
 
-// logFS opens files under one directory and nowhere else. Only regular files and
-// directories are opened: a FIFO would hang the request and a device is no log. Any
-// error other than "not found" or "permission denied" (a symlink escaping the root
-// is one) is answered as 403, so the server's reply never says what lies outside.
-type logFS struct{ root *os.Root }
-
-// Close releases the directory.
-func (l logFS) Close() { _ = l.root.Close() }
+// logFS opens files under one directory and nowhere else: each name is resolved
+// by safepath.Open (openat per component, O_PATH; a symlink that is absolute or
+// leads out of the directory is refused, one that stays inside is followed, as
+// os.Root does), and only what fstat then says is a regular file or a directory
+// is opened for reading, by safepath.Reopen. A FIFO (which would hang the
+// request) or a device (opening one can act on it, and it is no log) is never
+// opened. Any error other than "not found" (an escaping symlink is one) is
+// answered as 403, so the server's reply never says what lies outside.
+type logFS struct{ dir string }
 
 func (l logFS) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
-	// O_NONBLOCK: opening a FIFO for reading would wait for a writer.
-	f, err := l.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	p, err := safepath.Open(l.dir, name)
 	if err != nil {
 		return nil, refusal(name, err)
 	}
-	st, err := f.Stat()
+	defer p.Close()
+	f, err := safepath.Reopen(p, true)
 	if err != nil {
-		_ = f.Close()
 		return nil, refusal(name, err)
-	}
-	if !st.Mode().IsRegular() && !st.IsDir() {
-		_ = f.Close()
-		return nil, refusal(name, fmt.Errorf("%s is neither a regular file nor a directory", st.Mode().Type()))
 	}
 	return f, nil
 }

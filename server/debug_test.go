@@ -17,7 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/component-base/logs"
 	"k8s.io/klog/v2"
 )
@@ -362,5 +364,94 @@ func TestSystemLogsRefusesEscapes(t *testing.T) {
 	// A missing directory is a 404, not an error that says more.
 	if w := do(debugServer(filepath.Join(base, "missing"), AlwaysAllow{}, nil).Handler(), "GET", "/logs/syslog", ""); w.Code != http.StatusNotFound {
 		t.Errorf("missing log directory: %d", w.Code)
+	}
+}
+
+// opensWatch reports, through the returned function, the names in dir that were
+// opened for reading or writing since the call (inotify IN_OPEN). Descriptors
+// opened with O_PATH, which can only be stat'ed, make no such event: that is how
+// a test tells "refused after fstat" from "opened, then refused".
+func opensWatch(t *testing.T, dir string) func() []string {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		var names []string
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err != nil || n <= 0 {
+				return names
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				if nm := string(bytes.TrimRight(name, "\x00")); nm != "" { // "": the directory itself
+					names = append(names, nm)
+				}
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
+}
+
+// TestSystemLogsNeverOpensFIFOsOrDevices: /logs/ and the log query's file
+// fallback refuse a FIFO, a character device (/dev/null's numbers) and a link
+// inside the log directory to either, without ever opening them for reading.
+func TestSystemLogsNeverOpensFIFOsOrDevices(t *testing.T) {
+	dir := logDir(t)
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(dir, "null"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("cannot make a device node (not root?): %v", err)
+	}
+	for name, target := range map[string]string{"fifolink": "fifo", "nulllink": "null"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journalctl, _ := fakeJournalctl(t)
+	h := debugServer(dir, AlwaysAllow{}, func(c *Config) {
+		c.EnableSystemLogQuery = true
+		c.JournalctlPath = journalctl
+	}).Handler()
+	opened := opensWatch(t, dir)
+
+	serve := func(target string) *httptest.ResponseRecorder {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- do(h, "GET", target, "") }()
+		select {
+		case w := <-done:
+			return w
+		case <-ctx.Done():
+			t.Fatalf("GET %s hangs", target)
+			return nil
+		}
+	}
+	for _, target := range []string{"/logs/fifo", "/logs/null", "/logs/fifolink", "/logs/nulllink", "/logs/?query=/null"} {
+		if w := serve(target); w.Code != http.StatusForbidden {
+			t.Errorf("GET %s: %d %q, want 403", target, w.Code, w.Body.String())
+		}
+	}
+	for _, svc := range []string{"fifo", "null"} {
+		if w := serve("/logs/?query=" + svc); !strings.Contains(w.Body.String(), "error getting log for "+svc) {
+			t.Errorf("query=%s: %d %q, want it refused", svc, w.Code, w.Body.String())
+		}
+	}
+	if got := opened(); len(got) != 0 {
+		t.Errorf("opened for reading: %q, want nothing", got)
+	}
+	// The watch sees real opens: the same handler reading syslog is one.
+	if w := serve("/logs/syslog"); w.Code != http.StatusOK || !slices.Contains(opened(), "syslog") {
+		t.Fatalf("GET /logs/syslog: %d, and no open seen: the watch proves nothing", w.Code)
 	}
 }

@@ -30,6 +30,13 @@ const (
 	logQueryTimeout = 30 * time.Second
 	// journalDateLayout is how --since/--until are given to journalctl (with --utc).
 	journalDateLayout = "2006-01-02 15:04:05"
+	// maxConcurrentLogQueries caps the service queries running at once (each runs
+	// journalctl, at most one at a time; a pattern can keep it on a CPU for the whole
+	// timeout). Upstream has no cap, so a nodes/log holder could start one per
+	// request. Four lets a few operators query at once while a flood holds at most
+	// four processes (two cores on the smallest nodes) for 30 s each; the excess
+	// gets 429 at once rather than queueing behind them.
+	maxConcurrentLogQueries = 4
 )
 
 // unsafeServiceName matches any character journalctl is never given in a unit name
@@ -180,6 +187,14 @@ func (n *nodeLogQuery) journalArgs(services []string) []string {
 // <svc>/<svc>.log under the log directory (upstream's heuristics), opened as
 // /logs/ opens files.
 func (s *Server) serveLogQuery(w http.ResponseWriter, r *http.Request, n *nodeLogQuery) {
+	select {
+	case s.logQueries <- struct{}{}:
+		defer func() { <-s.logQueries }()
+	default:
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, fmt.Sprintf("too many node log queries are running (at most %d at once); retry later", maxConcurrentLogQueries), http.StatusTooManyRequests)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain;charset=UTF-8")
 	var out io.Writer = w
 	if r.Header.Get("Accept-Encoding") == "gzip" {
@@ -221,7 +236,6 @@ func (s *Server) serveLogQuery(w http.ResponseWriter, r *http.Request, n *nodeLo
 		_, _ = fmt.Fprintf(out, "\nlog not found for %v\n", files)
 		return
 	}
-	defer fsys.Close()
 	for _, svc := range files {
 		copyServiceFile(ctx, out, fsys, svc)
 	}

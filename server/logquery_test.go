@@ -1,14 +1,20 @@
 package server
 
 import (
+	"bufio"
 	"compress/gzip"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeJournalctl writes a journalctl that knows the units nodelet and containerd,
@@ -149,5 +155,80 @@ func TestSystemLogQuery(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("journalctl ran with the query off")
+	}
+}
+
+// TestSystemLogQueryConcurrencyCap: at most maxConcurrentLogQueries service
+// queries run journalctl at once; one more is answered 429 at once (not queued),
+// and a slot is free again when a query ends.
+func TestSystemLogQueryConcurrencyCap(t *testing.T) {
+	dir := t.TempDir()
+	block, started := filepath.Join(dir, "block"), filepath.Join(dir, "started")
+	if err := unix.Mkfifo(started, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read and write: the scripts' writes never wait for a reader.
+	fifo, err := os.OpenFile(started, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fifo.Close()
+	journalctl := filepath.Join(dir, "journalctl")
+	script := `#!/bin/sh
+if [ -e '` + block + `' ]; then echo x > '` + started + `'; exec sleep 600; fi
+if [ "$1" = "--field" ]; then printf 'nodelet.service\n'; exit 0; fi
+echo served
+`
+	if err := os.WriteFile(journalctl, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(block, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := debugServer(dir, AlwaysAllow{}, func(c *Config) {
+		c.EnableSystemLogQuery = true
+		c.JournalctlPath = journalctl
+	}).Handler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	query := func(ctx context.Context) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/logs/?query=nodelet", nil).WithContext(ctx))
+		return w
+	}
+
+	var wg sync.WaitGroup
+	for i := 0; i < maxConcurrentLogQueries; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); query(ctx) }()
+	}
+	r := bufio.NewReader(fifo)
+	for i := 0; i < maxConcurrentLogQueries; i++ {
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every slot holds a running journalctl: the next query is refused at once.
+	extraCtx, extraCancel := context.WithTimeout(ctx, 20*time.Second)
+	defer extraCancel()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- query(extraCtx) }()
+	select {
+	case w := <-done:
+		if w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "too many node log queries") {
+			t.Errorf("query %d: %d %q, want 429", maxConcurrentLogQueries+1, w.Code, w.Body.String())
+		}
+	case <-extraCtx.Done():
+		t.Errorf("query %d ran journalctl beside the %d others instead of being refused", maxConcurrentLogQueries+1, maxConcurrentLogQueries)
+		<-done
+	}
+
+	cancel() // ends the running queries (their journalctl is killed)
+	wg.Wait()
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	if w := query(context.Background()); w.Code != http.StatusOK || w.Body.String() != "served\n" {
+		t.Errorf("after the others ended: %d %q, want 200 served", w.Code, w.Body.String())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podlogs"
 )
 
 // LogOptions are a container log request's parameters (from v1.PodLogOptions).
@@ -175,8 +177,13 @@ type logFollower struct {
 // ReadLogs writes the CRI log file at path to w as opts asks. When following, it polls
 // the file for more, reopens it when it is rotated (a new file under the same name), and
 // returns once the container has stopped and the file is drained, or ctx ends.
+//
+// The pods' log directory is reachable from pods that mount it (hostPath), so the
+// file is opened (and reopened) with podlogs.Open: no component below that
+// directory may be a link (one could point the API at any host file), and only a
+// regular file is opened (a FIFO would hang the reader).
 func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fol logFollower) error {
-	f, err := openLog(path)
+	f, err := podlogs.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening the container log %s: %w", path, err)
 	}
@@ -235,7 +242,7 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 		// Rotated: the name now points at a new file. Finish the old one (done: we are at
 		// its EOF) and continue from the start of the new one.
 		if rotated(f, path) {
-			nf, err := openLog(path)
+			nf, err := podlogs.Open(path)
 			if err == nil {
 				f.Close()
 				f, r, pending = nf, bufio.NewReader(nf), nil
@@ -265,26 +272,6 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 }
 
 // rotated says whether path names a different file than f.
-// openLog opens a container's log file for reading. The log directory is
-// reachable from pods that mount it (hostPath), so the file must be a regular
-// file under its own name: a symlink could point the API at any host file,
-// and a FIFO would hang the reader (hence O_NONBLOCK, which regular files
-// ignore).
-func openLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil {
-		f.Close()
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
-	}
-	return f, nil
-}
-
 func rotated(f *os.File, path string) bool {
 	a, err := f.Stat()
 	if err != nil {

@@ -128,6 +128,8 @@ type Server struct {
 	// logPoll is how often a followed log is checked for more.
 	logPoll time.Duration
 	metrics *httpMetrics
+	// logQueries holds one token per node log query running journalctl.
+	logQueries chan struct{}
 }
 
 // New returns a server; Listen opens its ports.
@@ -141,7 +143,8 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.JournalctlPath == "" {
 		cfg.JournalctlPath = "journalctl"
 	}
-	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond, metrics: newHTTPMetrics(deps.Registerer)}
+	return &Server{cfg: cfg, deps: deps, logPoll: 250 * time.Millisecond, metrics: newHTTPMetrics(deps.Registerer),
+		logQueries: make(chan struct{}, maxConcurrentLogQueries)}
 }
 
 // Handler is the authenticated API: every request is authenticated and authorized

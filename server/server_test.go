@@ -741,13 +741,24 @@ func TestServeJoinsHandlers(t *testing.T) {
 	}
 }
 
-// A log file that is a symlink or a FIFO (a pod mounting the log directory could
-// make either) is refused, and the FIFO does not hang the reader.
+// A log file that is a symlink or a FIFO, or a container log directory that is a
+// symlink (a pod mounting the log directory could make any of them), is refused,
+// and the FIFO does not hang the reader.
 func TestReadLogsRefusesLinksAndFIFOs(t *testing.T) {
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secret, []byte("2024-01-01T00:00:01Z stdout F host secret\n"), 0o600); err != nil {
+	base := t.TempDir()
+	dir := filepath.Join(base, "pods", "ns_p_uid", "c")
+	host := filepath.Join(base, "host")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(host, "c"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(host, "secret")
+	for _, f := range []string{secret, filepath.Join(host, "c", "0.log")} {
+		if err := os.WriteFile(f, []byte("2024-01-01T00:00:01Z stdout F host secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	link := filepath.Join(dir, "0.log")
 	if err := os.Symlink(secret, link); err != nil {
@@ -757,7 +768,12 @@ func TestReadLogsRefusesLinksAndFIFOs(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{link, fifo} {
+	// The container's log directory swapped for a link to a host directory.
+	if err := os.Symlink(filepath.Join(host, "c"), filepath.Join(base, "pods", "ns_p_uid", "linked")); err != nil {
+		t.Fatal(err)
+	}
+	dirLink := filepath.Join(base, "pods", "ns_p_uid", "linked", "0.log")
+	for _, path := range []string{link, fifo, dirLink} {
 		var out strings.Builder
 		err := ReadLogs(context.Background(), path, LogOptions{Tail: -1}, &out, logFollower{})
 		if err == nil || out.Len() != 0 {

@@ -28,6 +28,11 @@ var (
 	ErrBackstep = errors.New("must not contain '..'")
 	// ErrEscape is a symlink on the way that is absolute or leads above the root.
 	ErrEscape = errors.New("path is not within the root")
+	// ErrSymlink is a symlink met by OpenNoFollow, which follows none.
+	ErrSymlink = errors.New("is a symbolic link")
+	// ErrNotRegular is a file Reopen will not open for reading: a FIFO, device,
+	// socket or link (or a directory where none is allowed).
+	ErrNotRegular = errors.New("not a regular file")
 )
 
 // maxSymlinks is the kernel's limit on links followed in one lookup.
@@ -51,7 +56,80 @@ func CheckRelative(sub string) error {
 // /proc/self/fd/N, but not read; opening a FIFO or device this way has no
 // side effects.
 func Open(root, sub string) (*os.File, error) {
-	return walk(root, sub, false)
+	return walk(root, sub, false, true)
+}
+
+// OpenNoFollow is Open for files no link may lead to (container logs): a
+// symlink in any component of sub, inside the root or not, is ErrSymlink.
+// The root itself is the caller's and may be reached through links.
+func OpenNoFollow(root, sub string) (*os.File, error) {
+	return walk(root, sub, false, false)
+}
+
+// OpenRegularNoFollow opens root/sub for reading if no component of sub is a
+// link and sub is a regular file; a FIFO or device there is never opened for
+// reading (a FIFO would block the reader, opening a device can act on it).
+func OpenRegularNoFollow(root, sub string) (*os.File, error) {
+	f, err := OpenNoFollow(root, sub)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Reopen(f, false)
+}
+
+// Reopen opens for reading the file that f (from Open or OpenNoFollow, O_PATH)
+// refers to, if fstat says it is a regular file or, with dirs, a directory;
+// anything else is ErrNotRegular and is never opened. The new descriptor comes
+// from /proc/self/fd/N, which reaches the very inode f holds, not whatever the
+// name means now; the device and inode are compared all the same.
+func Reopen(f *os.File, dirs bool) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		if !dirs {
+			return nil, fmt.Errorf("%s is a directory: %w", f.Name(), ErrNotRegular)
+		}
+		flags |= unix.O_DIRECTORY
+	default:
+		return nil, fmt.Errorf("%s is a %s: %w", f.Name(), fileType(st.Mode), ErrNotRegular)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), flags, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "reopen", Path: f.Name(), Err: err}
+	}
+	var again unix.Stat_t
+	if err := unix.Fstat(fd, &again); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	if again.Dev != st.Dev || again.Ino != st.Ino {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s changed while being reopened: %w", f.Name(), ErrNotRegular)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// fileType names what a non-regular file is, for errors.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	}
+	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
 }
 
 // MkdirAll is Open, but first creates the directories of sub that are
@@ -60,7 +138,7 @@ func Open(root, sub string) (*os.File, error) {
 // may be an existing file. Components reached through a symlink are never
 // created: a dangling link is an error.
 func MkdirAll(root, sub string) (*os.File, error) {
-	return walk(root, sub, true)
+	return walk(root, sub, true, true)
 }
 
 // component is one path element still to resolve; fromLink marks those that
@@ -80,7 +158,7 @@ func split(p string, fromLink bool) []component {
 	return out
 }
 
-func walk(root, sub string, create bool) (*os.File, error) {
+func walk(root, sub string, create, follow bool) (*os.File, error) {
 	if err := CheckRelative(sub); err != nil {
 		return nil, fmt.Errorf("sub path %q: %w", sub, err)
 	}
@@ -134,6 +212,10 @@ func walk(root, sub string, create bool) (*os.File, error) {
 		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
 			dirs = append(dirs, fd)
 			continue
+		}
+		if !follow {
+			unix.Close(fd)
+			return nil, fmt.Errorf("sub path %q of %s: %q %w", sub, root, c.name, ErrSymlink)
 		}
 		target, err := readlink(fd)
 		unix.Close(fd)

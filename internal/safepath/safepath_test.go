@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -327,4 +328,77 @@ func TestSwapDirForSymlink(t *testing.T) {
 		t.Fatalf("swapping: %v", err)
 	}
 	tr.assertOutsideUntouched(t)
+}
+
+// TestOpenRegularNoFollow: only a regular file reached through no link at all
+// is opened for reading. A FIFO or device is refused without being opened
+// (a plain open of the FIFO would block this test: returning is the proof).
+func TestOpenRegularNoFollow(t *testing.T) {
+	tr := newTree(t)
+	if err := unix.Mkfifo(filepath.Join(tr.root, "d", "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(tr.root, "d", "null"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	tests := []struct {
+		sub  string
+		want error // nil: opened, reads "file"
+	}{
+		{sub: "d/f"},
+		{sub: "./d//f"},
+		{sub: "fl", want: ErrSymlink},          // a link inside the root, last component
+		{sub: "in/f", want: ErrSymlink},        // a link inside the root, directory component
+		{sub: "outf", want: ErrSymlink},        // a link out of the root
+		{sub: "up/secret", want: ErrSymlink},   // a directory link out of the root
+		{sub: "d/up/secret", want: ErrSymlink}, // deeper
+		{sub: "d/fifo", want: ErrNotRegular},
+		{sub: "d/null", want: ErrNotRegular},
+		{sub: "d", want: ErrNotRegular},
+		{sub: "../outside/secret", want: ErrBackstep},
+		{sub: "d/missing", want: fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sub, func(t *testing.T) {
+			f, err := OpenRegularNoFollow(tr.root, tt.sub)
+			if tt.want != nil {
+				if !errors.Is(err, tt.want) {
+					t.Fatalf("err = %v, want %v", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			b := make([]byte, 16)
+			n, err := f.Read(b)
+			if err != nil || string(b[:n]) != "file" {
+				t.Fatalf("read %q, %v; want %q", b[:n], err, "file")
+			}
+		})
+	}
+}
+
+// TestReopenDirectory: with dirs, Reopen gives a directory that can be listed.
+func TestReopenDirectory(t *testing.T) {
+	tr := newTree(t)
+	p, err := Open(tr.root, "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := Reopen(p, false); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("Reopen(dir, false) err = %v, want ErrNotRegular", err)
+	}
+	d, err := Reopen(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	sort.Strings(names)
+	if err != nil || strings.Join(names, ",") != "f,up" {
+		t.Fatalf("listing = %v, %v; want [f up]", names, err)
+	}
 }

@@ -1,0 +1,49 @@
+// Package podlogs opens the container log files the runtime writes under the
+// pods' log directory (podLogsDir, /var/log/pods). Pods that mount /var/log
+// (log shippers, through a hostPath) can replace anything below it, so a log
+// file is opened only as a regular file reached through no symlink at all.
+package podlogs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nodelet/nodelet/internal/safepath"
+)
+
+// ErrLayout is a log path that is not <podLogsDir>/<pod dir>/<container>/<file>.
+var ErrLayout = errors.New("not a container log path of the form <podLogsDir>/<pod dir>/<container>/<file>")
+
+// Split cuts a container log path, as the runtime reports it, into the pods'
+// log directory and the part below it: the pod's log directory, the
+// container's directory and the file. The runtime was given the first by
+// nodelet (the sandbox's log directory is <podLogsDir>/<namespace>_<pod>_<uid>,
+// as the kubelet makes it), so it is trusted; the rest is not.
+func Split(path string) (root, rel string, err error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return "", "", fmt.Errorf("log path %q: %w", path, ErrLayout)
+	}
+	file := filepath.Base(path)
+	container := filepath.Dir(path)
+	pod := filepath.Dir(container)
+	root = filepath.Dir(pod)
+	if pod == root || container == pod {
+		return "", "", fmt.Errorf("log path %q: %w", path, ErrLayout)
+	}
+	return root, filepath.Join(filepath.Base(pod), filepath.Base(container), file), nil
+}
+
+// Open opens the container log file at path for reading: every component below
+// the pods' log directory is opened without following links, and the file is
+// opened only if it is a regular file (a FIFO would block the reader; a device
+// is no log). Errors wrap safepath.ErrSymlink, safepath.ErrNotRegular,
+// ErrLayout or the system's error (fs.ErrNotExist).
+func Open(path string) (*os.File, error) {
+	root, rel, err := Split(path)
+	if err != nil {
+		return nil, err
+	}
+	return safepath.OpenRegularNoFollow(root, rel)
+}

@@ -460,14 +460,21 @@ func sandboxChanged(pod *v1.Pod, st *pleg.PodStatus) (bool, uint32) {
 
 // latestByName returns each container name's newest runtime status.
 func latestByName(st *pleg.PodStatus) map[string]*runtimeapi.ContainerStatus {
+	m := map[string]*runtimeapi.ContainerStatus{}
+	for name, list := range instancesByName(st) {
+		m[name] = list[0]
+	}
+	return m
+}
+
+// instancesByName lists the pod's container instances by container name, newest first.
+func instancesByName(st *pleg.PodStatus) map[string][]*runtimeapi.ContainerStatus {
 	all := append([]*runtimeapi.ContainerStatus(nil), st.Containers...)
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CreatedAt > all[j].CreatedAt })
-	m := map[string]*runtimeapi.ContainerStatus{}
+	m := map[string][]*runtimeapi.ContainerStatus{}
 	for _, c := range all {
 		name := containerName(c)
-		if _, ok := m[name]; !ok {
-			m[name] = c
-		}
+		m[name] = append(m[name], c)
 	}
 	return m
 }

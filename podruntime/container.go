@@ -26,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/podlogs"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/logrotate"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/podstatus"
 	"github.com/nodelet/nodelet/pullrecords"
@@ -69,35 +70,36 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("verifying runAsNonRoot of container %s: %w", c.Name, err)
 	}
 
-	restartCount := 0
-	if prev := latestByName(st)[c.Name]; prev != nil {
-		restartCount = nextRestartCount(prev)
-		n := restartCount - 1
-		if cri.StartWasCut(prev) {
+	instances := instancesByName(st)[c.Name]
+	cutRemoved, logDirNext := false, 0
+	if len(instances) > 0 {
+		if prev := instances[0]; cri.StartWasCut(prev) {
 			// Never ran: a nodelet killed between CreateContainer and StartContainer
 			// left it created, or a nodelet or runtime crash cut its start off. It
-			// goes first and its replacement takes its attempt number (it never
-			// ran: no restart), so the pod never has two instances of the container.
+			// goes first and its replacement takes its place (it never ran: no
+			// restart), so the pod never has two instances of the container.
 			switch err := m.removeLeftover(ctx, pod, prev); {
 			case err == nil:
-				restartCount = n
+				cutRemoved = true
 			case errors.Is(err, errLeftoverBusy):
 				return nil, err
 			default:
 				// The runtime will not let it go (containerd keeps a task a cut
 				// NewTask created after all: "cannot delete running task"). Waiting
 				// for it would keep the pod from ever starting: the replacement
-				// takes the next attempt instead, beside it.
+				// takes the next attempt instead, beside it, and still counts no restart.
 				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
-					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", restartCount, "err", err)
+					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", prev.GetMetadata().GetAttempt(), "err", err)
 			}
 		}
 	} else if m.cfg.PodLogsDir != "" {
 		// No instance left in the runtime (never run, or removed): the count
 		// goes on from the logs earlier instances left, as upstream, so a new
 		// instance never writes into an old one's log.
-		restartCount = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
+		logDirNext = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
 	}
+	next := nextInstance(instances, cutRemoved, logDirNext)
+	restartCount := next.RestartCount
 	node := m.node()
 	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
 		PodIPs: podIPs, HostIPs: node.HostIPs, NodeName: node.Name, NodeAllocatable: node.Allocatable,
@@ -107,7 +109,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
 	}
-	mounts, err := m.mounts(ctx, pod, c, vols, envs, restartCount)
+	mounts, err := m.mounts(ctx, pod, c, vols, envs, next.Attempt)
 	if err != nil {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
@@ -123,7 +125,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing the security context of container %s: %w", c.Name, err)
 	}
 	cfg := &runtimeapi.ContainerConfig{
-		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
+		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(next.Attempt)},
 		Image:      &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
 		Command:    envvars.ExpandCommand(c.Command, envs),
 		Args:       envvars.ExpandCommand(c.Args, envs),
@@ -131,7 +133,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		Envs:       envs,
 		Mounts:     mounts,
 		Devices:    devices,
-		LogPath:    filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
+		LogPath:    filepath.Join(c.Name, strconv.Itoa(next.Attempt)+".log"),
 		Stdin:      c.Stdin,
 		StdinOnce:  c.StdinOnce,
 		Tty:        c.TTY,
@@ -180,7 +182,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 	}
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
-	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount)
+	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount, "attempt", next.Attempt)
 	if err := m.runPostStart(ctx, pod, c, id, firstIP(podIPs)); err != nil {
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 		return &podstatus.Waiting{Reason: "PostStartHookError", Message: err.Error()}, err
@@ -204,6 +206,7 @@ func (m *Manager) removeLeftover(ctx context.Context, pod *v1.Pod, prev *runtime
 	case err == nil || isNotFound(err):
 		logger.Info("Removed a container whose start was cut off (never ran) before creating its replacement", "state", prev.GetState(), "reason", prev.GetReason(),
 			"attempt", prev.GetMetadata().GetAttempt())
+		m.removeLeftoverLog(ctx, prev)
 		return nil
 	case cri.IsContainerBusy(err):
 		logger.Info("Container whose start was cut off is still being started by the runtime; syncing the pod again shortly", "err", err, "retryAfter", leftoverRetry)
@@ -213,9 +216,25 @@ func (m *Manager) removeLeftover(ctx context.Context, pod *v1.Pod, prev *runtime
 	}
 }
 
+// removeLeftoverLog removes the log of a removed container whose start was cut
+// off, as upstream removes a removed container's: containerd creates the file
+// before the task a cut NewTask never ran, and once no instance is left a file
+// left would count as a restart (restartCountFromLogDir). Only once the
+// container is gone: a start still in flight may yet run it and write there. A
+// failure is logged: the replacement takes the same attempt, and the same file.
+func (m *Manager) removeLeftoverLog(ctx context.Context, prev *runtimeapi.ContainerStatus) {
+	p := prev.GetLogPath()
+	if p == "" || m.cfg.PodLogsDir == "" {
+		return
+	}
+	if err := logrotate.RemoveLogs(m.cfg.PodLogsDir, p); err != nil && !errors.Is(err, logrotate.ErrNotBelowPodLogsDir) {
+		klog.FromContext(ctx).Error(err, "Removing the log of a container whose start was cut off", "containerID", prev.GetId())
+	}
+}
+
 // mounts turns volumeMounts into CRI mounts, plus the termination-message file and
 // the managed /etc/hosts. envs is the container's environment, for subPathExpr.
-func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, envs []*runtimeapi.KeyValue, restartCount int) ([]*runtimeapi.Mount, error) {
+func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols map[string]volumes.HostVolume, envs []*runtimeapi.KeyValue, attempt int) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	hasEtcHosts := false
 	for i := range c.VolumeMounts {
@@ -272,7 +291,7 @@ func (m *Manager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("creating termination message directory: %w", err)
 		}
-		f := filepath.Join(dir, strconv.Itoa(restartCount))
+		f := filepath.Join(dir, strconv.Itoa(attempt)) // one file per instance
 		if err := os.WriteFile(f, nil, 0o666); err != nil {
 			return nil, fmt.Errorf("creating termination message file: %w", err)
 		}

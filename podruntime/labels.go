@@ -81,8 +81,55 @@ func RecordedGrace(c *runtimeapi.ContainerStatus) (int64, bool) {
 // one more than its recorded count, which both agents write the same way (a
 // missing or malformed one counts as 0, as upstream reads it).
 func nextRestartCount(prev *runtimeapi.ContainerStatus) int {
-	n, _ := strconv.Atoi(prev.GetAnnotations()[cri.AnnotationContainerRestartCount])
-	return n + 1
+	return recordedRestartCount(prev) + 1
+}
+
+func recordedRestartCount(c *runtimeapi.ContainerStatus) int {
+	n, _ := strconv.Atoi(c.GetAnnotations()[cri.AnnotationContainerRestartCount])
+	return n
+}
+
+// instanceNumbers are the two numbers a container's new instance is created
+// with. They are equal unless a start cut off by a crash (cri.StartWasCut) left
+// an instance the runtime will not remove.
+type instanceNumbers struct {
+	// Attempt is ContainerMetadata.Attempt and names the instance's log file: the
+	// runtime refuses a second instance of a name with the same attempt.
+	Attempt int
+	// RestartCount is the restart-count annotation, which the pod's status
+	// reports: the instances that ran before this one.
+	RestartCount int
+}
+
+// nextInstance decides the numbers of a container's next instance from its
+// instances in the runtime (newest first), whether the newest one, a cut
+// start, was removed, and logDirNext (restartCountFromLogDir, read only when
+// the runtime has none). A cut start never ran, so it is no restart: its
+// replacement keeps its restart count, and takes its attempt only once it is
+// gone (removed), else the next one, beside it. Upstream counts it (its count
+// is always the newest instance's plus one); the fault suite showed a pod of
+// never-exiting containers with restartCount 1 from it.
+func nextInstance(instances []*runtimeapi.ContainerStatus, cutRemoved bool, logDirNext int) instanceNumbers {
+	if len(instances) == 0 {
+		return instanceNumbers{Attempt: logDirNext, RestartCount: logDirNext}
+	}
+	prev := instances[0]
+	nextAttempt := 0 // above every attempt the runtime holds
+	for _, c := range instances {
+		nextAttempt = max(nextAttempt, int(c.GetMetadata().GetAttempt())+1)
+	}
+	if !cri.StartWasCut(prev) {
+		restarts := nextRestartCount(prev)
+		return instanceNumbers{Attempt: max(nextAttempt, restarts), RestartCount: restarts}
+	}
+	n := instanceNumbers{Attempt: nextAttempt, RestartCount: recordedRestartCount(prev)}
+	if cutRemoved {
+		n.Attempt = int(prev.GetMetadata().GetAttempt())
+		for _, c := range instances[1:] {
+			n.Attempt = max(n.Attempt, int(c.GetMetadata().GetAttempt())+1)
+		}
+	}
+	return n
 }
 
 // restartCountFromLogDir is the restart count of a container's next instance

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -242,5 +243,61 @@ func TestOrphanRunsRecordedPreStop(t *testing.T) {
 	}
 	if len(hooked) != 1 || hooked[0] != "app" {
 		t.Errorf("preStop ran for %v, want [app]", hooked)
+	}
+}
+
+// TestNextInstance: the attempt (unique per name, the log file's number) and
+// the restart count (the status's restartCount) of a container's next
+// instance. A start cut off by a crash never ran: no restart, whether its
+// instance is gone (its attempt is reused) or the runtime keeps it (issue 33:
+// containerd keeps the CREATED task of a NewTask it was killed in; the
+// replacement beside it counted restart 1 on a never-exiting container).
+func TestNextInstance(t *testing.T) {
+	inst := func(attempt, restarts int, state runtimeapi.ContainerState, startedAt int64, reason, msg string) *runtimeapi.ContainerStatus {
+		return &runtimeapi.ContainerStatus{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "app", Attempt: uint32(attempt)},
+			State:    state, StartedAt: startedAt, Reason: reason, Message: msg,
+			Annotations: map[string]string{cri.AnnotationContainerRestartCount: strconv.Itoa(restarts)},
+		}
+	}
+	const exited, created, running = runtimeapi.ContainerState_CONTAINER_EXITED, runtimeapi.ContainerState_CONTAINER_CREATED, runtimeapi.ContainerState_CONTAINER_RUNNING
+	cutNewTask := func(attempt, restarts int) *runtimeapi.ContainerStatus {
+		return inst(attempt, restarts, created, 0, "", "")
+	}
+	ran := func(attempt, restarts int) *runtimeapi.ContainerStatus {
+		return inst(attempt, restarts, exited, 1, "Completed", "")
+	}
+	for _, tc := range []struct {
+		name       string
+		instances  []*runtimeapi.ContainerStatus // newest first
+		cutRemoved bool
+		logDirNext int
+		want       instanceNumbers
+	}{
+		{"first instance", nil, false, 0, instanceNumbers{0, 0}},
+		{"none in the runtime: from the log dir, as upstream", nil, false, 3, instanceNumbers{3, 3}},
+		{"the last one ran and exited: a restart", []*runtimeapi.ContainerStatus{ran(0, 0)}, false, 0, instanceNumbers{1, 1}},
+		{"the kubelet's container (attempt = count): its count plus one", []*runtimeapi.ContainerStatus{ran(3, 3)}, false, 0, instanceNumbers{4, 4}},
+		{"a start error of the container's own: a restart, as upstream",
+			[]*runtimeapi.ContainerStatus{inst(0, 0, exited, 0, "StartError", `exec: "nope": executable file not found in $PATH`)}, false, 0, instanceNumbers{1, 1}},
+		{"cut start removed: its attempt and count again", []*runtimeapi.ContainerStatus{cutNewTask(0, 0)}, true, 0, instanceNumbers{0, 0}},
+		{"cut restart removed: its attempt and count again", []*runtimeapi.ContainerStatus{cutNewTask(1, 1), ran(0, 0)}, true, 0, instanceNumbers{1, 1}},
+		{"cut start the runtime keeps: the next attempt beside it, no restart", []*runtimeapi.ContainerStatus{cutNewTask(0, 0)}, false, 0, instanceNumbers{1, 0}},
+		{"cut restart the runtime keeps: the next attempt, the count it had",
+			[]*runtimeapi.ContainerStatus{cutNewTask(1, 1), ran(0, 0)}, false, 0, instanceNumbers{2, 1}},
+		{"cut by a runtime crash (exited Unknown, never started) and kept",
+			[]*runtimeapi.ContainerStatus{inst(2, 2, exited, 0, "Unknown", ""), ran(1, 1)}, false, 0, instanceNumbers{3, 2}},
+		{"the replacement beside a kept cut start exits: a restart, above both attempts",
+			[]*runtimeapi.ContainerStatus{ran(1, 0), cutNewTask(0, 0)}, false, 0, instanceNumbers{2, 1}},
+		{"running beside a kept cut start (a kill and restart): above every attempt",
+			[]*runtimeapi.ContainerStatus{inst(1, 0, running, 1, "", ""), cutNewTask(0, 0)}, false, 0, instanceNumbers{2, 1}},
+		{"a second cut start beside a kept one, removed: its own attempt",
+			[]*runtimeapi.ContainerStatus{cutNewTask(1, 0), cutNewTask(0, 0)}, true, 0, instanceNumbers{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextInstance(tc.instances, tc.cutRemoved, tc.logDirNext); got != tc.want {
+				t.Errorf("nextInstance() = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package podruntime
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -252,6 +253,63 @@ func TestCutStartThatCannotBeRemovedDoesNotBlockThePod(t *testing.T) {
 	cfg := r.fake.ContainerConfig(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING))
 	if cfg.GetMetadata().GetAttempt() != 1 {
 		t.Errorf("replacement attempt %d, want 1 (the cut one keeps 0)", cfg.GetMetadata().GetAttempt())
+	}
+	// Issue 33: the cut one never ran, so the replacement is no restart (the
+	// fault suite's pod of never-exiting containers reported restartCount 1).
+	if rc := cfg.GetAnnotations()[cri.AnnotationContainerRestartCount]; rc != "0" {
+		t.Errorf("replacement restartCount %q, want 0: the cut one never ran", rc)
+	}
+	if cfg.GetLogPath() != filepath.Join("app", "1.log") {
+		t.Errorf("replacement log %q, want app/1.log (its attempt's)", cfg.GetLogPath())
+	}
+}
+
+// A cut start's log goes with it: containerd creates the file before the task
+// the kill cut off, and once no instance of the container is left the count
+// goes on from the log files (restartCountFromLogDir), which must not take the
+// cut one for a restart (issue 33).
+func TestCutStartLogIsNoRestart(t *testing.T) {
+	r := newSyncRig(t)
+	ctx := context.Background()
+	pod := syncPod("app-cutlog", v1.RestartPolicyAlways, nil, "app")
+	r.fake.InjectError("StartContainer", errors.New("nodelet stopped here"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the first sync's start was meant to fail")
+	}
+	cut := r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_CREATED)
+	var logPath string
+	for _, c := range r.status(pod).Containers {
+		if c.Id == cut {
+			logPath = c.GetLogPath()
+		}
+	}
+	if logPath == "" {
+		t.Fatal("the cut container has no log path")
+	}
+	// What containerd leaves: the log it opened for the NewTask the kill cut off.
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.FailStart(cut, 128, "StartError", "failed to create containerd task: context canceled")
+
+	// The cut one is removed; creating its replacement fails this time.
+	r.fake.InjectError("CreateContainer", errors.New("runtime not ready"))
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err == nil {
+		t.Fatal("the replacement's creation was meant to fail")
+	}
+	if got := r.containers(pod, "app"); len(got) != 0 {
+		t.Fatalf("app container states = %v, want none (the cut one removed)", got)
+	}
+	if _, err := r.manager().SyncPod(ctx, pod, r.status(pod)); err != nil {
+		t.Fatalf("sync with no instance left: %v", err)
+	}
+	cfg := r.fake.ContainerConfig(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING))
+	if cfg.GetMetadata().GetAttempt() != 0 || cfg.GetAnnotations()[cri.AnnotationContainerRestartCount] != "0" {
+		t.Errorf("attempt %d, restartCount %q: want 0 and 0 (the cut one never ran)",
+			cfg.GetMetadata().GetAttempt(), cfg.GetAnnotations()[cri.AnnotationContainerRestartCount])
 	}
 }
 

@@ -184,7 +184,7 @@ func (m *Manager) RemovePod(uid types.UID) {
 	var stopped []*worker
 	for k, w := range m.workers {
 		if k.uid == uid {
-			w.stop()
+			w.remove()
 			stopped = append(stopped, w)
 		}
 	}
@@ -203,13 +203,15 @@ func (m *Manager) StopLivenessAndStartup(uid types.UID) {
 	defer m.mu.Unlock()
 	for k, w := range m.workers {
 		if k.uid == uid && k.probe != Readiness {
-			w.stop()
+			w.remove()
 		}
 	}
 }
 
 // Run blocks until ctx ends, then stops every worker and returns once all of them
 // have returned. Workers added before Run are covered too; none starts after.
+// The results stay: until nodelet exits, Ready and Started answer what the
+// probes last observed, not what a container without a result reads as.
 func (m *Manager) Run(ctx context.Context) {
 	<-ctx.Done()
 	m.mu.Lock()

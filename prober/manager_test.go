@@ -379,3 +379,49 @@ func TestProbeMetrics(t *testing.T) {
 	m.RemovePod(pod.UID)
 	eventually.True(t, "the series dropped with the worker", func() bool { return testutil.CollectAndCount(m.metrics.total) == 0 })
 }
+
+// Issue 33 (a Ready flap across a nodelet restart): nodelet's stop ends every
+// probe worker, and until it exits Ready must answer what the probes last
+// observed. The workers forgot their results on the way out: a ready
+// container read as not ready while its worker was still registered, and an
+// unready one as ready once it was gone (no worker: no probe); a status the
+// sync loop generated during the stop carried that to the API server.
+func TestStopKeepsResults(t *testing.T) {
+	h := newHarness(t)
+	withID := func(id string) v1.PodStatus {
+		s := runningStatus(true, h.clk.Now())
+		s.ContainerStatuses[0].ContainerID = "containerd://" + id
+		return s
+	}
+	ready := podWith(v1.Container{Name: "app", ReadinessProbe: execProbe("ok", 1, 1)})
+	unready := podWith(v1.Container{Name: "app", ReadinessProbe: execProbe("no", 1, 1)})
+	unready.UID = "uid-2"
+	h.exec.set("no", true)
+	h.status.set(ready.UID, withID("c-ready"))
+	h.status.set(unready.UID, withID("c-unready"))
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); h.m.Run(h.ctx) }()
+	h.m.AddPod(h.ctx, ready)
+	h.m.AddPod(h.ctx, unready)
+	eventually.True(t, "the ready container probed ready", func() bool { return h.m.Ready(ready.UID, "app", "c-ready") })
+	eventually.True(t, "the unready container probed", func() bool { return h.exec.count("no") > 0 })
+	if h.m.Ready(unready.UID, "app", "c-unready") {
+		t.Fatal("unready container reads ready before the stop")
+	}
+
+	h.cancel() // nodelet stops: the loop's and the manager's context end
+	select {
+	case <-runDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if n := h.m.workerCount(); n != 0 {
+		t.Fatalf("%d workers left after Run returned", n)
+	}
+	if !h.m.Ready(ready.UID, "app", "c-ready") {
+		t.Error("after the stop the ready container reads not ready")
+	}
+	if h.m.Ready(unready.UID, "app", "c-unready") {
+		t.Error("after the stop the unready container reads ready")
+	}
+}

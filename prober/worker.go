@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -26,6 +27,13 @@ type worker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	manual chan struct{}
+	// forget says its results go with it once it stops: set by RemovePod and
+	// StopLivenessAndStartup before they stop it. A worker stopped because
+	// nodelet stops (the manager's or the loop's context ended) keeps them:
+	// the container did not change, and a result removed while its worker is
+	// still registered reads as not ready (Ready), which a status generated
+	// during the stop would carry to the API server (issue 33).
+	forget atomic.Bool
 
 	// Owned by the worker goroutine.
 	containerID string
@@ -76,6 +84,12 @@ func withDefaults(p *v1.Probe) *v1.Probe {
 
 func (w *worker) stop() { w.cancel() }
 
+// remove stops the worker and has it forget its results.
+func (w *worker) remove() {
+	w.forget.Store(true)
+	w.cancel()
+}
+
 func (w *worker) trigger() {
 	select {
 	case w.manual <- struct{}{}:
@@ -89,12 +103,8 @@ func (w *worker) run(ctx context.Context) {
 	period := time.Duration(w.spec.PeriodSeconds) * time.Second
 	defer func() {
 		w.cancel()
-		if w.containerID != "" {
-			w.results.remove(w.containerID)
-		}
-		if w.carriedID != "" && w.carriedID != w.containerID {
-			// Carried for a container the worker never saw run.
-			w.results.remove(w.carriedID)
+		if w.forget.Load() {
+			w.forgetResults()
 		}
 		w.m.removeWorker(w)
 		w.forgetMetrics()
@@ -119,7 +129,19 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.manual:
 		}
 	}
+	w.forget.Store(true) // done for good: the pod or container ended
 	logger.V(4).Info("Probe worker done")
+}
+
+// forgetResults removes the results of the containers the worker probed.
+func (w *worker) forgetResults() {
+	if w.containerID != "" {
+		w.results.remove(w.containerID)
+	}
+	if w.carriedID != "" && w.carriedID != w.containerID {
+		// Carried for a container the worker never saw run.
+		w.results.remove(w.carriedID)
+	}
 }
 
 // findStatus returns the container's status in the pod status.

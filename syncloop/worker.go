@@ -116,7 +116,18 @@ func (l *Loop) generate(pod *v1.Pod, st *pleg.PodStatus, prev v1.PodStatus, wait
 }
 
 // setStatus stores status and tells the probers, which probe what it names.
-func (l *Loop) setStatus(pod *v1.Pod, status v1.PodStatus) {
+// loopCtx is the loop's context: a status generated once it ended is dropped.
+// nodelet's stop ends the loop and the probe workers at once, and the status
+// manager, which stops after them, writes what it was given last: a status
+// generated during the stop may carry what the stop tore down (a readiness
+// result forgotten: Ready false) rather than what was observed (issue 33).
+// Checked after the status was generated, so one that passes read nothing the
+// stop changed: the teardown starts only once loopCtx has ended.
+func (l *Loop) setStatus(loopCtx context.Context, pod *v1.Pod, status v1.PodStatus) {
+	if loopCtx.Err() != nil {
+		klog.FromContext(loopCtx).V(4).Info("Stopping: a pod status generated during the stop is not stored", "pod", klog.KObj(pod), "podUID", pod.UID)
+		return
+	}
 	l.deps.Status.SetPodStatus(pod, status)
 	if l.deps.Probes != nil {
 		l.deps.Probes.UpdatePodStatus(pod, status)
@@ -149,8 +160,9 @@ func deadlineExceededStatus(s *v1.PodStatus) {
 const resizeRecheck = time.Second
 
 // runSync drives the pod one step toward its spec and reports its status.
-// probeCtx is the loop's: probe workers outlive the sync.
-func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opResult {
+// loopCtx is the loop's: probe workers outlive the sync, and a status is
+// stored only while it lasts (setStatus).
+func (l *Loop) runSync(ctx, loopCtx context.Context, w *worker, u update) opResult {
 	pod := u.pod
 	logger := klog.FromContext(ctx)
 	now := l.deps.Clock.Now()
@@ -165,14 +177,14 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 		// API shows not ready would flap NotReady→Ready→NotReady); a worker
 		// made now answers from its first result, or from the Ready carried
 		// across the restart (prober.CarriedReady).
-		l.deps.Probes.AddPod(probeCtx, pod)
+		l.deps.Probes.AddPod(loopCtx, pod)
 	}
 	// The runtime is driven toward the resources the pod was allocated, which
 	// differ from its spec while a resize is pending.
 	allocated, _ := l.deps.Allocations.UpdatePodFromAllocation(pod)
 	l.updateResizeInProgress(ctx, allocated, st)
 	status := l.generate(pod, st, prev, w.waiting, false)
-	l.setStatus(pod, status)
+	l.setStatus(loopCtx, pod, status)
 	l.observeStart(w, pod, status)
 	if podutil.IsTerminal(status.Phase) {
 		logger.V(2).Info("Pod reached a terminal phase", "phase", status.Phase)
@@ -204,7 +216,7 @@ func (l *Loop) runSync(ctx, probeCtx context.Context, w *worker, u update) opRes
 	}
 	if changedWaiting(w.waiting, res.Waiting) || res.ResizeErr != nil {
 		w.waiting = res.Waiting
-		l.setStatus(pod, l.generate(pod, st, status, w.waiting, false))
+		l.setStatus(loopCtx, pod, l.generate(pod, st, status, w.waiting, false))
 	}
 	if res.InitFailed {
 		return opResult{Op: opSync, Terminal: true}

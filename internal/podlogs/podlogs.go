@@ -10,8 +10,15 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodelet/nodelet/internal/safepath"
 )
+
+// ErrHardLink is a log file with more than one name: a pod that can write below
+// the pods' log directory could have linked a host file (on the same
+// filesystem) there, and the runtime only ever writes a file of one name.
+var ErrHardLink = errors.New("log file has more than one hard link")
 
 // ErrLayout is a log path that is not <podLogsDir>/<pod dir>/<container>/<file>.
 var ErrLayout = errors.New("not a container log path of the form <podLogsDir>/<pod dir>/<container>/<file>")
@@ -39,11 +46,24 @@ func Split(path string) (root, rel string, err error) {
 // the pods' log directory is opened without following links, and the file is
 // opened only if it is a regular file (a FIFO would block the reader; a device
 // is no log). Errors wrap safepath.ErrSymlink, safepath.ErrNotRegular,
-// ErrLayout or the system's error (fs.ErrNotExist).
+// ErrLayout, ErrHardLink or the system's error (fs.ErrNotExist).
 func Open(path string) (*os.File, error) {
 	root, rel, err := Split(path)
 	if err != nil {
 		return nil, err
 	}
-	return safepath.OpenRegularNoFollow(root, rel)
+	f, err := safepath.OpenRegularNoFollow(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Nlink > 1 {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %d links: %w", path, st.Nlink, ErrHardLink)
+	}
+	return f, nil
 }

@@ -92,6 +92,9 @@ func TestOpenRefusesLinksAndSpecialFiles(t *testing.T) {
 		{"device", func(d string) error {
 			return errors.Join(os.Mkdir(filepath.Join(d, "c"), 0o755), unix.Mknod(filepath.Join(d, "c", "0.log"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))))
 		}, safepath.ErrNotRegular},
+		{"hard link", func(d string) error {
+			return errors.Join(os.Mkdir(filepath.Join(d, "c"), 0o755), os.Link(filepath.Join(outside, "secret"), filepath.Join(d, "c", "0.log")))
+		}, ErrHardLink},
 		{"missing", func(d string) error { return os.Mkdir(filepath.Join(d, "c"), 0o755) }, fs.ErrNotExist},
 	}
 	for i, tt := range tests {

@@ -32,7 +32,7 @@
 #                                         metrics-server 624s, containerd 163s, runc 157s, etcd 85s;
 #                                         metrics-server cannot share the k8s module: built against
 #                                         k8s.io v0.37 it panics at start), ~5s cached
-#   gofmt                             15s
+#   gofmt, tracked files              15s
 #   go vet                           240s (268s cold 2026-12-06 at load ~25, 0s warm)
 #   systemd unit + packages           15s (deploy/verify.sh: units, both .deb packages; ~7s)
 #   unit tests (go test -race)       280s (222s 2026-12-06 under load, 168-177s in CI, 132s quiet;
@@ -163,7 +163,9 @@ export RIG_BIN_DIR
 if [[ $RIG_RUNTIME == containerd2 ]]; then bash test/rig/build-containerd.sh >/dev/null; fi
 bash test/rig/build-runc.sh >/dev/null
 
-section "gofmt" 15
+section "gofmt, tracked files" 15
+# No build output tracked: no file over 1 MB, no ELF binary (hack/check-tracked.sh, <1s).
+bash hack/check-tracked.sh
 unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_output/*' -print0 | xargs -0 -r gofmt -l)
 if [[ -n "$unformatted" ]]; then
 	echo "not gofmt'ed:"

@@ -28,14 +28,10 @@ func TestCorruptAllocationCheckpointDoesNotStopStart(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"data":"{}","checksum":1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{}
-	for _, kt := range kernelTunables() {
-		want[kt.name] = kt.want
-	}
 	var logs bytes.Buffer
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs)))))
 	defer cancel()
-	a, err := build(ctx, opts, hostPaths{procSys: tempProcSys(t, want, "")})
+	a, err := build(ctx, opts, hostPaths{procSys: upstreamProcSys(t)})
 	if err != nil {
 		t.Fatalf("a corrupt allocation checkpoint stopped the start: %v", err)
 	}

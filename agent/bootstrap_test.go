@@ -19,7 +19,7 @@ func TestBuildFailsAtOnceWithoutBootstrapKubeconfig(t *testing.T) {
 	opts.BootstrapKubeconfig = filepath.Join(dir, "bootstrap-kubelet.conf")
 
 	start := time.Now()
-	_, err := build(context.Background(), opts, hostPaths{procSys: tempProcSys(t, nil, "")})
+	_, err := build(context.Background(), opts, hostPaths{procSys: t.TempDir()})
 	want := "unable to load bootstrap kubeconfig: stat " + opts.BootstrapKubeconfig + ": no such file or directory"
 	if err == nil || err.Error() != want {
 		t.Fatalf("build: %v, want %q", err, want)

@@ -14,9 +14,9 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/node"
 )
@@ -118,13 +118,10 @@ func runtimeCgroupDriver(ctx context.Context, rt runtimeConfiger) (driver, sourc
 // setUpCgroups detects the cgroup version, checks the driver against the runtime's,
 // and creates the QoS hierarchy (kubepods, burstable, besteffort) when cgroupsPerQOS;
 // with the systemd driver it connects to systemd through dial first.
-func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, mode cgroups.Mode, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64,
+func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, cs config.CgroupSettings, mode cgroups.Mode, rt runtimeConfiger, capacity v1.ResourceList, swapCapacity int64,
 	dial func(context.Context) (systemdConn, error)) (*podCgroupSetup, error) {
 	logger := klog.FromContext(ctx)
-	driver := cgroups.Driver(kc.CgroupDriver)
-	if driver == "" {
-		driver = cgroups.DriverCgroupfs
-	}
+	driver := cgroups.Driver(cs.Driver)
 	logger.Info("Detected cgroup hierarchy", "mode", mode.String(), "cgroupDriver", driver)
 	reported, source := runtimeCgroupDriver(ctx, rt)
 	if err := cgroups.CheckDriver(string(driver), reported); err != nil {
@@ -146,25 +143,25 @@ func setUpCgroups(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		root:   cgroups.ParseCgroupRoot(kc.CgroupRoot, driver),
 		driver: driver,
 		resources: cgroups.ResourceOptions{
-			CPUCFSQuota:             ptr.Deref(kc.CPUCFSQuota, true),
-			Period:                  kc.CPUCFSQuotaPeriod.Duration,
+			CPUCFSQuota:             cs.CPUCFSQuota,
+			Period:                  cs.CPUCFSQuotaPeriod,
 			SwapBehavior:            kc.MemorySwap.SwapBehavior,
 			CgroupV2:                mode.Unified(),
 			NodeSwapCapacity:        swapCapacity,
 			SwapControllerAvailable: cgroups.SwapControllerAvailable(cgroupfsRoot, mode, selfCgroup),
-			SingleProcessOOMKill:    ptr.Deref(kc.SingleProcessOOMKill, !mode.Unified()),
+			SingleProcessOOMKill:    cs.SingleProcessOOMKill(mode.Unified()),
 		},
 	}
 	if kc.MemorySwap.SwapBehavior == "LimitedSwap" && !mode.Unified() {
 		logger.Info("Warning: memorySwap.swapBehavior LimitedSwap needs cgroup v2; pods get no swap on this cgroup v1 host")
 	}
-	if kc.CgroupsPerQOS != nil && !*kc.CgroupsPerQOS {
+	if !cs.CgroupsPerQOS {
 		logger.Info("cgroupsPerQOS is false: no QoS or pod cgroups; the runtime places containers itself")
 		return s, nil
 	}
 	opts := cgroups.ManagerOptions{
 		Driver: driver, Root: cgroupfsRoot, Mode: mode, CgroupRoot: s.root, EnforceNodeAllocatable: kc.EnforceNodeAllocatable,
-		PodPidsLimit: ptr.Deref(kc.PodPidsLimit, -1), CPUCFSQuota: s.resources.CPUCFSQuota, CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
+		PodPidsLimit: cs.PodPidsLimit, CPUCFSQuota: s.resources.CPUCFSQuota, CPUCFSQuotaPeriod: cs.CPUCFSQuotaPeriod,
 	}
 	if driver == cgroups.DriverSystemd {
 		conn, state, err := openSystemd(ctx, dial)

@@ -37,7 +37,7 @@ func TestAPIClientFromKubeletConfig(t *testing.T) {
 
 	kc := &kubeletconfigv1beta1.KubeletConfiguration{KubeAPIQPS: ptr.To[int32](7), KubeAPIBurst: 9, ContentType: "application/json"}
 	config.SetDefaults(kc)
-	client, heartbeat, err := newClientsForConfig(&rest.Config{Host: srv.URL}, kc)
+	client, heartbeat, err := newClientsForConfig(&rest.Config{Host: srv.URL}, config.Resolve(kc).APIClient)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestAPIClientFromKubeletConfig(t *testing.T) {
 	// The upstream default is protobuf.
 	def := &kubeletconfigv1beta1.KubeletConfiguration{}
 	config.SetDefaults(def)
-	client, _, err = newClientsForConfig(&rest.Config{Host: srv.URL}, def)
+	client, _, err = newClientsForConfig(&rest.Config{Host: srv.URL}, config.Resolve(def).APIClient)
 	if err != nil {
 		t.Fatal(err)
 	}

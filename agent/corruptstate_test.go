@@ -85,10 +85,6 @@ func TestCorruptStateFilesDoNotStopStart(t *testing.T) {
 				}
 				paths = append(paths, p)
 			}
-			want := map[string]int{}
-			for _, kt := range kernelTunables() {
-				want[kt.name] = kt.want
-			}
 			// The global logger too: some loaders log without a context.
 			logs := &lockedBuffer{}
 			logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logs)))
@@ -96,7 +92,7 @@ func TestCorruptStateFilesDoNotStopStart(t *testing.T) {
 			defer klog.ClearLogger()
 			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 			defer cancel()
-			a, err := build(ctx, opts, hostPaths{procSys: tempProcSys(t, want, "")})
+			a, err := build(ctx, opts, hostPaths{procSys: upstreamProcSys(t)})
 			if err != nil {
 				t.Fatalf("corrupt state files stopped the start: %v", err)
 			}

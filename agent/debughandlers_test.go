@@ -62,7 +62,7 @@ func TestDebugHandlersFollowConfig(t *testing.T) {
 		d.getCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &pair, nil }
 		d.systemLogDir = logs
 		d.journalctlPath = journalctl
-		l, err := newAPIServer(context.Background(), kc, d)
+		l, err := newTestAPIServer(context.Background(), kc, d)
 		if err != nil || l == nil {
 			t.Fatalf("newAPIServer = %v, %v", l, err)
 		}

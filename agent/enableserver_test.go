@@ -17,6 +17,9 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/config"
+	"github.com/nodelet/nodelet/server"
 )
 
 type alwaysHealthy struct{}
@@ -37,7 +40,13 @@ func taken(t *testing.T, port int32) bool {
 func serverTestConfig(enable bool, port, readOnly int32) *kubeletconfigv1beta1.KubeletConfiguration {
 	kc := &kubeletconfigv1beta1.KubeletConfiguration{EnableServer: ptr.To(enable), Address: "127.0.0.1", Port: port, ReadOnlyPort: readOnly}
 	kc.Authorization.Mode = kubeletconfigv1beta1.KubeletAuthorizationModeAlwaysAllow
+	kc.Authentication.Webhook.Enabled = ptr.To(false) // no API client here
 	return kc
+}
+
+// newTestAPIServer is newAPIServer with kc's resolved server settings, as build passes them.
+func newTestAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (*server.Listeners, error) {
+	return newAPIServer(ctx, kc, config.Resolve(kc).Server, d)
 }
 
 func serverTestDeps() apiServerDeps {
@@ -53,7 +62,7 @@ func TestEnableServerFalseServesNothing(t *testing.T) {
 
 	t.Run("enabled: the port is taken (the control)", func(t *testing.T) {
 		port := freePort(t)
-		l, err := newAPIServer(ctx, serverTestConfig(true, port, 0), serverTestDeps())
+		l, err := newTestAPIServer(ctx, serverTestConfig(true, port, 0), serverTestDeps())
 		if err != nil || l == nil {
 			t.Fatalf("newAPIServer = %v, %v", l, err)
 		}
@@ -65,7 +74,7 @@ func TestEnableServerFalseServesNothing(t *testing.T) {
 
 	t.Run("disabled: nothing is opened", func(t *testing.T) {
 		port := freePort(t)
-		l, err := newAPIServer(ctx, serverTestConfig(false, port, 0), serverTestDeps())
+		l, err := newTestAPIServer(ctx, serverTestConfig(false, port, 0), serverTestDeps())
 		if err != nil || l != nil {
 			t.Fatalf("newAPIServer = %v, %v; want no ports and no error", l, err)
 		}
@@ -76,7 +85,7 @@ func TestEnableServerFalseServesNothing(t *testing.T) {
 
 	t.Run("disabled with readOnlyPort: only the read-only port", func(t *testing.T) {
 		port, ro := freePort(t), freePort(t)
-		l, err := newAPIServer(ctx, serverTestConfig(false, port, ro), serverTestDeps())
+		l, err := newTestAPIServer(ctx, serverTestConfig(false, port, ro), serverTestDeps())
 		if err != nil || l == nil {
 			t.Fatalf("newAPIServer = %v, %v", l, err)
 		}
@@ -101,7 +110,7 @@ func TestEnableServerFalseServesNothing(t *testing.T) {
 	t.Run("an invalid tlsCurvePreferences is refused even when nothing is served", func(t *testing.T) {
 		kc := serverTestConfig(false, 0, 0)
 		kc.TLSCurvePreferences = []int32{9999}
-		if _, err := newAPIServer(ctx, kc, serverTestDeps()); err == nil || !strings.Contains(err.Error(), "tlsCurvePreferences") {
+		if _, err := newTestAPIServer(ctx, kc, serverTestDeps()); err == nil || !strings.Contains(err.Error(), "tlsCurvePreferences") {
 			t.Fatalf("err = %v, want one naming tlsCurvePreferences", err)
 		}
 	})

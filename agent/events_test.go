@@ -6,6 +6,8 @@ import (
 	"k8s.io/client-go/rest"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/config"
 )
 
 // eventRecordQPS/eventBurst limit the client events are sent on (its own client,
@@ -26,11 +28,11 @@ func TestEventRecordQPS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := &kubeletconfigv1beta1.KubeletConfiguration{EventRecordQPS: tc.qps, EventBurst: tc.burst, KubeAPIQPS: ptr.To[int32](11), KubeAPIBurst: 22}
 			rc := &rest.Config{Host: "https://127.0.0.1:6443", QPS: 11, Burst: 22}
-			ec := eventClientConfig(rc, kc)
+			ec := eventClientConfig(rc, config.Resolve(kc).APIClient)
 			if rc.QPS != 11 || rc.Burst != 22 {
 				t.Fatalf("the main client's config changed: qps %v burst %v", rc.QPS, rc.Burst)
 			}
-			client, err := newEventClient(rc, kc)
+			client, err := newEventClient(rc, config.Resolve(kc).APIClient)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/node"
@@ -75,10 +74,10 @@ func (p podEvicter) EvictPod(ctx context.Context, pod *v1.Pod, grace int64, st v
 
 // newEvictionManager builds the eviction manager; nil when it has nothing to do (no
 // thresholds and localStorageCapacityIsolation off). Its conditions go to changed.
-func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string, st snapshotter, nodeCtl *node.Controller,
+func newEvictionManager(kc *kubeletconfigv1beta1.KubeletConfiguration, isolation bool, nodeName string, st snapshotter, nodeCtl *node.Controller,
 	loop *syncloop.Loop, gcs *garbageCollectors, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer,
 	changed func([]v1.NodeConditionType)) (*eviction.Manager, error) {
-	cfg, err := evictionConfig(kc, nodeName)
+	cfg, err := evictionConfig(kc, isolation, nodeName)
 	if err != nil || cfg == nil {
 		return nil, err
 	}
@@ -107,9 +106,9 @@ func runAfterSynced(ctx context.Context, synced <-chan struct{}, timeout <-chan 
 	run(ctx)
 }
 
-// evictionConfig is the eviction manager's configuration from kc; nil when there is
-// nothing to enforce.
-func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName string) (*eviction.Config, error) {
+// evictionConfig is the eviction manager's configuration from kc and
+// localStorageCapacityIsolation (resolved); nil when there is nothing to enforce.
+func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, isolation bool, nodeName string) (*eviction.Config, error) {
 	ths, err := eviction.ParseThresholds(kc.EvictionHard, kc.EvictionSoft, kc.EvictionSoftGracePeriod, kc.EvictionMinimumReclaim)
 	if err != nil {
 		return nil, fmt.Errorf("reading the eviction thresholds: %w", err)
@@ -117,7 +116,6 @@ func evictionConfig(kc *kubeletconfigv1beta1.KubeletConfiguration, nodeName stri
 	if slices.Contains(kc.EnforceNodeAllocatable, "pods") {
 		ths = eviction.WithAllocatableThresholds(ths)
 	}
-	isolation := ptr.Deref(kc.LocalStorageCapacityIsolation, true)
 	if len(ths) == 0 && !isolation {
 		return nil, nil
 	}

@@ -66,7 +66,7 @@ func TestEvictionConfigLocalStorageCapacityIsolation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			kc := &kubeletconfigv1beta1.KubeletConfiguration{EvictionHard: tt.hard, LocalStorageCapacityIsolation: tt.isolation}
 			config.SetDefaults(kc)
-			cfg, err := evictionConfig(kc, "n1")
+			cfg, err := evictionConfig(kc, config.Resolve(kc).LocalStorageCapacityIsolation, "n1")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,11 +33,11 @@ type garbageCollectors struct {
 	images     *imagegc.ImageManager
 }
 
-func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, containerPolicy imagegc.ContainerPolicy, rootDir, sandboxImage, nodeName string, rt *cri.Client,
+func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, thresholds config.ImageGCSettings, containerPolicy imagegc.ContainerPolicy, rootDir, sandboxImage, nodeName string, rt *cri.Client,
 	pods imagegc.PodState, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*garbageCollectors, error) {
 	images, err := imagegc.NewImageManager(imagegc.ImagePolicy{
-		HighThresholdPercent: int(ptr.Deref(kc.ImageGCHighThresholdPercent, 85)),
-		LowThresholdPercent:  int(ptr.Deref(kc.ImageGCLowThresholdPercent, 80)),
+		HighThresholdPercent: thresholds.HighThresholdPercent,
+		LowThresholdPercent:  thresholds.LowThresholdPercent,
 		MinAge:               kc.ImageMinimumGCAge.Duration,
 		MaxAge:               kc.ImageMaximumGCAge.Duration,
 		SandboxImage:         sandboxImage,

@@ -20,6 +20,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/internal/eventually"
@@ -132,7 +133,7 @@ func TestRuntimeHealthFlipTriggersNodeStatusUpdate(t *testing.T) {
 		NodeStatusUpdateFrequency: metav1.Duration{Duration: time.Minute},
 		NodeStatusReportFrequency: metav1.Duration{Duration: time.Hour},
 	}
-	nodeCtl, err := node.New(client, nil, node.Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}, Kubelet: kc},
+	nodeCtl, err := node.New(client, nil, node.Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}, Settings: config.Resolve(kc).Node},
 		nil, nodeReadiness(health, nil, func() []string { return nil }), clk,
 		node.WithMachineInfo(node.MachineInfo{NumCores: 2, MemoryCapacity: 4 << 30}))
 	if err != nil {

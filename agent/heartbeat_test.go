@@ -98,11 +98,11 @@ current-context: x
 		NodeLeaseDurationSeconds:  40,
 		ContentType:               "application/json", // the fake server echoes the Node back
 	}
-	client, heartbeat, err := newClientsForConfig(credential.RESTConfig(), kc)
+	client, heartbeat, err := newClientsForConfig(credential.RESTConfig(), config.Resolve(kc).APIClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := node.New(client, heartbeat, node.Config{NodeName: "n1", Kubelet: kc}, versionOnly{}, nil, clock.RealClock{},
+	ctl, err := node.New(client, heartbeat, node.Config{NodeName: "n1", Settings: config.Resolve(kc).Node}, versionOnly{}, nil, clock.RealClock{},
 		node.WithMachineInfo(node.MachineInfo{NumCores: 1, MemoryCapacity: 1 << 30}), heartbeatReset(credential))
 	if err != nil {
 		t.Fatal(err)

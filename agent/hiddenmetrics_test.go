@@ -52,7 +52,7 @@ func TestShowHiddenMetricsForVersion(t *testing.T) {
 		ro := freePort(t)
 		d := serverTestDeps()
 		d.summary, d.showHiddenMetrics = failingSummary{}, show
-		l, err := newAPIServer(context.Background(), serverTestConfig(false, 0, ro), d)
+		l, err := newTestAPIServer(context.Background(), serverTestConfig(false, 0, ro), d)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ import (
 func TestLogRotationConfig(t *testing.T) {
 	def := &kubeletconfigv1beta1.KubeletConfiguration{}
 	config.SetDefaults(def)
-	cfg, ok, err := logRotationConfig(def)
+	cfg, ok, err := logRotationConfig(def, config.Resolve(def).LogRotation)
 	want := logrotate.Config{PodLogsDir: "/var/log/pods", Policy: logrotate.Policy{MaxSize: 10 << 20, MaxFiles: 5}, Workers: 1, Interval: 10 * time.Second}
 	if err != nil || !ok || cfg != want {
 		t.Errorf("defaults: %+v, %v, %v; want %+v", cfg, ok, err, want)
@@ -36,7 +36,7 @@ func TestLogRotationConfig(t *testing.T) {
 
 	off := def.DeepCopy()
 	off.ContainerLogMaxSize = "-1"
-	if m, err := newLogRotation(off, nil, nil); m != nil || err != nil {
+	if m, err := newLogRotation(off, config.Resolve(off).LogRotation, nil, nil); m != nil || err != nil {
 		t.Errorf("containerLogMaxSize -1: %v, %v; want no manager", m, err)
 	}
 
@@ -45,7 +45,7 @@ func TestLogRotationConfig(t *testing.T) {
 		ContainerLogMaxWorkers: ptr.To[int32](2), ContainerLogMonitorInterval: &metav1.Duration{Duration: 3 * time.Second},
 	}
 	config.SetDefaults(kc)
-	cfg, ok, err = logRotationConfig(kc)
+	cfg, ok, err = logRotationConfig(kc, config.Resolve(kc).LogRotation)
 	want = logrotate.Config{PodLogsDir: kc.PodLogsDir, Policy: logrotate.Policy{MaxSize: 1 << 20, MaxFiles: 3}, Workers: 2, Interval: 3 * time.Second}
 	if err != nil || !ok || cfg != want {
 		t.Fatalf("set: %+v, %v, %v; want %+v", cfg, ok, err, want)
@@ -84,7 +84,7 @@ func TestLogRotationConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := testingclock.NewFakeClock(time.Date(2026, 12, 5, 14, 0, 0, 0, time.Local))
-	m, err := newLogRotation(kc, rt, clk)
+	m, err := newLogRotation(kc, config.Resolve(kc).LogRotation, rt, clk)
 	if err != nil || m == nil {
 		t.Fatalf("newLogRotation: %v, %v", m, err)
 	}

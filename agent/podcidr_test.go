@@ -14,6 +14,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/node"
@@ -87,7 +88,7 @@ func TestPodCIDRToRuntime(t *testing.T) {
 			NodeStatusUpdateFrequency: metav1.Duration{Duration: time.Hour},
 			NodeStatusReportFrequency: metav1.Duration{Duration: time.Hour},
 		}
-		ctl, err := node.New(api, api, node.Config{NodeName: "n1", Kubelet: kc, NodeIPs: nil}, versionOnly{}, nil, clock.RealClock{},
+		ctl, err := node.New(api, api, node.Config{NodeName: "n1", Settings: config.Resolve(kc).Node, NodeIPs: nil}, versionOnly{}, nil, clock.RealClock{},
 			node.WithMachineInfo(node.MachineInfo{NumCores: 1, MemoryCapacity: 1 << 30}), node.WithPodCIDRUpdater(p.update))
 		if err != nil {
 			t.Fatal(err)

@@ -247,12 +247,7 @@ func buildRunStopOn(t *testing.T, prepare func(*fakecri.Runtime, *config.Options
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// A temp /proc/sys with upstream's values: the test never writes the host's kernel.
-	want := map[string]int{}
-	for _, kt := range kernelTunables() {
-		want[kt.name] = kt.want
-	}
-	procSys := tempProcSys(t, want, "")
-	a, err := build(ctx, opts, hostPaths{procSys: procSys})
+	a, err := build(ctx, opts, hostPaths{procSys: upstreamProcSys(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

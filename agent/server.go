@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/server"
@@ -55,14 +54,14 @@ type apiServerDeps struct {
 // newAPIServer builds the kubelet API on port/readOnlyPort with the configured
 // authentication and authorization and opens its ports (nil when both are 0). As upstream, webhook
 // authentication or authorization without an API client is a start-up error.
-func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, d apiServerDeps) (*server.Listeners, error) {
+func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, s config.ServerSettings, d apiServerDeps) (*server.Listeners, error) {
 	// Refused even when no port is served: a bad value is an error, never ignored.
 	curves, err := server.TLSCurvePreferences(kc.TLSCurvePreferences)
 	if err != nil {
 		return nil, err
 	}
 	port := kc.Port
-	if !ptr.Deref(kc.EnableServer, true) {
+	if !s.Enable {
 		// As upstream, enableServer turns off the secured port only; the read-only
 		// port follows readOnlyPort alone.
 		klog.FromContext(ctx).Info("enableServer is false: the kubelet API port is not served", "port", kc.Port)
@@ -71,7 +70,7 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 	if port == 0 && kc.ReadOnlyPort == 0 {
 		return nil, nil
 	}
-	authn, err := newAuthenticator(kc, d.authClient, d.clock)
+	authn, err := newAuthenticator(kc, s, d.authClient, d.clock)
 	if err != nil {
 		return nil, err
 	}
@@ -114,15 +113,15 @@ func newAPIServer(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigura
 		MinVersion:              minVersion,
 		CurvePreferences:        curves,
 		ShowHiddenMetrics:       d.showHiddenMetrics,
-		EnableDebuggingHandlers: ptr.Deref(kc.EnableDebuggingHandlers, true),
+		EnableDebuggingHandlers: s.EnableDebuggingHandlers,
 		// Upstream's defaults: every handler on, contention profiling off.
-		EnableProfilingHandler:    ptr.Deref(kc.EnableProfilingHandler, true),
+		EnableProfilingHandler:    s.EnableProfilingHandler,
 		EnableContentionProfiling: kc.EnableContentionProfiling,
-		EnableDebugFlagsHandler:   ptr.Deref(kc.EnableDebugFlagsHandler, true),
-		EnableSystemLogHandler:    ptr.Deref(kc.EnableSystemLogHandler, true),
+		EnableDebugFlagsHandler:   s.EnableDebugFlagsHandler,
+		EnableSystemLogHandler:    s.EnableSystemLogHandler,
 		SystemLogDir:              d.systemLogDir,
 		// As upstream, the query needs the NodeLogQuery gate (GA, locked on in v1.37).
-		EnableSystemLogQuery: ptr.Deref(kc.EnableSystemLogQuery, false) && gates.Enabled("NodeLogQuery"),
+		EnableSystemLogQuery: s.EnableSystemLogQuery && gates.Enabled("NodeLogQuery"),
 		JournalctlPath:       d.journalctlPath,
 		Configz:              configz(kc),
 	}, server.Deps{
@@ -168,9 +167,9 @@ func newAuthClient(rc *rest.Config) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-func newAuthenticator(kc *kubeletconfigv1beta1.KubeletConfiguration, client kubernetes.Interface, clk clock.PassiveClock) (server.Authenticator, error) {
+func newAuthenticator(kc *kubeletconfigv1beta1.KubeletConfiguration, s config.ServerSettings, client kubernetes.Interface, clk clock.PassiveClock) (server.Authenticator, error) {
 	a := kc.Authentication
-	u := &server.UnionAuthenticator{Anonymous: ptr.Deref(a.Anonymous.Enabled, false)}
+	u := &server.UnionAuthenticator{Anonymous: s.AnonymousAuth}
 	if f := a.X509.ClientCAFile; f != "" {
 		pool, err := certutil.NewPool(f)
 		if err != nil {
@@ -178,7 +177,7 @@ func newAuthenticator(kc *kubeletconfigv1beta1.KubeletConfiguration, client kube
 		}
 		u.Authenticators = append(u.Authenticators, &server.X509Authenticator{Roots: pool, Clock: clk})
 	}
-	if ptr.Deref(a.Webhook.Enabled, false) {
+	if s.WebhookAuth {
 		if client == nil {
 			return nil, errors.New("no client provided, cannot use webhook authentication (authentication.webhook.enabled needs --kubeconfig)")
 		}

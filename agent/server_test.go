@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodelet/nodelet/config"
 )
 
 // exhaustedLimiter is a main-client limiter with no tokens left: every request on it
@@ -45,7 +47,7 @@ func TestAuthClientHasItsOwnRateLimiter(t *testing.T) {
 	main := &exhaustedLimiter{}
 	rc := &rest.Config{Host: srv.URL, RateLimiter: main, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 
-	client, _, err := newClientsForConfig(rest.CopyConfig(rc), &kubeletconfigv1beta1.KubeletConfiguration{})
+	client, _, err := newClientsForConfig(rest.CopyConfig(rc), config.Resolve(&kubeletconfigv1beta1.KubeletConfiguration{}).APIClient)
 	if err != nil {
 		t.Fatal(err)
 	}

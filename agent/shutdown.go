@@ -133,7 +133,7 @@ func PrintShutdownPlan(ctx context.Context, w io.Writer, opts *config.Options) e
 		if err != nil {
 			return err
 		}
-		client, _, err := newClients(opts.Kubeconfig, opts.Config)
+		client, _, err := newClients(opts.Kubeconfig, config.Resolve(opts.Config).APIClient)
 		if err != nil {
 			return err
 		}

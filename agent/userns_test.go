@@ -10,6 +10,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/config"
 )
 
 // userNamespaces.idsPerPod sizes every pod's range, and maxPods must fit in
@@ -21,7 +23,7 @@ func TestUserNamespacesIDsPerPod(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1"}, Spec: v1.PodSpec{HostUsers: ptr.To(false)}}
 	for _, ids := range []int64{65536, 131072} {
 		kc := &kubeletconfigv1beta1.KubeletConfiguration{MaxPods: 110, UserNamespaces: &kubeletconfigv1beta1.UserNamespaces{IDsPerPod: ptr.To(ids)}}
-		m, err := newUserNamespaces(context.Background(), kc, t.TempDir(), handlers)
+		m, err := newUserNamespaces(context.Background(), config.Resolve(kc).UserNamespaceIDsPerPod, kc.MaxPods, t.TempDir(), handlers)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +37,7 @@ func TestUserNamespacesIDsPerPod(t *testing.T) {
 	}
 	// 2^31 IDs per pod leave room for one pod only.
 	kc := &kubeletconfigv1beta1.KubeletConfiguration{MaxPods: 110, UserNamespaces: &kubeletconfigv1beta1.UserNamespaces{IDsPerPod: ptr.To[int64](1 << 31)}}
-	_, err := newUserNamespaces(context.Background(), kc, t.TempDir(), handlers)
+	_, err := newUserNamespaces(context.Background(), config.Resolve(kc).UserNamespaceIDsPerPod, kc.MaxPods, t.TempDir(), handlers)
 	if err == nil || !strings.Contains(err.Error(), "kubelet user assigned IDs are not enough to support 110 pods") {
 		t.Errorf("err = %v", err)
 	}

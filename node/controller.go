@@ -17,19 +17,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
-	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/config"
 )
 
-// Upstream defaults, applied when the configuration leaves a field zero.
 const (
-	defaultMaxPods             = 110
-	defaultUpdateFrequency     = 10 * time.Second
-	defaultReportFrequency     = 5 * time.Minute
-	defaultLeaseDuration       = 40 * time.Second
-	defaultKubeletPort         = 10250
-	defaultNodeStatusMaxImages = 50
-
 	nodeStatusUpdateRetry        = 5
 	leaseRenewIntervalFraction   = 0.25
 	jitterFactor                 = 0.04
@@ -53,9 +46,10 @@ type Config struct {
 	// detect an address of that family.
 	NodeIPs []net.IP
 	Labels  map[string]string // --node-labels, applied at registration
-	Kubelet *kubeletconfigv1beta1.KubeletConfiguration
-	RootDir string // its filesystem sizes ephemeral-storage
-	Version string // nodeInfo.kubeletVersion
+	// Settings are the KubeletConfiguration's node values, resolved (config.Resolve).
+	Settings config.NodeSettings
+	RootDir  string // its filesystem sizes ephemeral-storage
+	Version  string // nodeInfo.kubeletVersion
 	// ExternalCloudProvider is --cloud-provider=external: the Node registers with the
 	// uninitialized taint and leaves its addresses to the cloud controller manager.
 	ExternalCloudProvider bool
@@ -209,10 +203,7 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 	if cfg.Hostname == "" {
 		cfg.Hostname = cfg.NodeName
 	}
-	kc := cfg.Kubelet
-	if kc == nil {
-		kc = &kubeletconfigv1beta1.KubeletConfiguration{}
-	}
+	kc := cfg.Settings
 	if heartbeatClient == nil {
 		heartbeatClient = client
 	}
@@ -226,22 +217,19 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 		rt:              rt,
 		ready:           ready,
 		clk:             clk,
-		registerNode:    kc.RegisterNode == nil || *kc.RegisterNode,
+		registerNode:    kc.RegisterNode,
 		taints:          kc.RegisterWithTaints,
 		providerID:      kc.ProviderID,
-		port:            orDefault(kc.Port, defaultKubeletPort),
-		maxImages:       defaultNodeStatusMaxImages,
-		updateFrequency: orDefault(kc.NodeStatusUpdateFrequency.Duration, defaultUpdateFrequency),
-		reportFrequency: orDefault(kc.NodeStatusReportFrequency.Duration, defaultReportFrequency),
-		leaseDuration:   orDefault(time.Duration(kc.NodeLeaseDurationSeconds)*time.Second, defaultLeaseDuration),
+		port:            kc.Port,
+		maxImages:       kc.MaxImages,
+		updateFrequency: kc.UpdateFrequency,
+		reportFrequency: kc.ReportFrequency,
+		leaseDuration:   kc.LeaseDuration,
 		lookupIP:        net.LookupIP,
 		interfaceAddrs:  net.InterfaceAddrs,
 		defaultRouteIP:  chooseHostInterface,
 		trigger:         make(chan struct{}, 1),
 		registeredCh:    make(chan struct{}, 1),
-	}
-	if kc.NodeStatusMaxImages != nil {
-		c.maxImages = *kc.NodeStatusMaxImages
 	}
 	for _, o := range opts {
 		o(c)
@@ -274,18 +262,10 @@ func New(client, heartbeatClient kubernetes.Interface, cfg Config, rt Runtime, r
 	if err != nil {
 		return nil, fmt.Errorf("creating node controller: %w", err)
 	}
-	c.capacity = computeCapacity(c.machine, orDefault(kc.MaxPods, defaultMaxPods), kc.PodsPerCore)
+	c.capacity = computeCapacity(c.machine, kc.MaxPods, kc.PodsPerCore)
 	c.reservation = computeReservation(c.capacity, kubeReserved, systemReserved, thresholds)
 	c.allocatable = computeAllocatable(c.capacity, c.reservation)
 	return c, nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 func countUnique(xs []int) int {

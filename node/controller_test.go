@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/internal/eventually"
 )
 
@@ -111,7 +112,7 @@ func newHarness(t *testing.T, mutate func(*Config), objects ...k8sruntime.Object
 		Hostname: "n1.example",
 		NodeIPs:  []net.IP{net.ParseIP("10.0.0.5")},
 		Labels:   map[string]string{"example.com/role": "worker"},
-		Kubelet:  testKubeletConfig(),
+		Settings: config.Resolve(testKubeletConfig()).Node,
 		Version:  "v1.37.2+nodelet",
 	}
 	if mutate != nil {
@@ -405,7 +406,7 @@ func TestRegisterStopsWithContext(t *testing.T) {
 }
 
 func TestRegisterNodeFalse(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Kubelet.RegisterNode = ptr.To(false) })
+	h := newHarness(t, func(c *Config) { c.Settings.RegisterNode = false })
 	if err := h.c.Register(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -812,7 +813,7 @@ func TestNodeImages(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := &kubeletconfigv1beta1.KubeletConfiguration{NodeStatusMaxImages: tc.maxImages}
-			cfg := Config{NodeName: "n1", Kubelet: kc, NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
+			cfg := Config{NodeName: "n1", Settings: config.Resolve(kc).Node, NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
 			c, err := New(nil, nil, cfg, nil, nil, nil, WithMachineInfo(testMachine()), WithImageLister(imgs))
 			if err != nil {
 				t.Fatal(err)
@@ -830,7 +831,7 @@ func TestNodeImages(t *testing.T) {
 // the patch removes it) once the list is empty.
 func TestVolumesInUse(t *testing.T) {
 	var inUse []v1.UniqueVolumeName
-	cfg := Config{NodeName: "n1", Kubelet: testKubeletConfig(), NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
+	cfg := Config{NodeName: "n1", Settings: config.Resolve(testKubeletConfig()).Node, NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}}
 	c, err := New(nil, nil, cfg, nil, nil, nil, WithMachineInfo(testMachine()), WithVolumesInUse(func() []v1.UniqueVolumeName { return inUse }))
 	if err != nil {
 		t.Fatal(err)
@@ -867,7 +868,7 @@ func TestHeartbeatClientCarriesStatusAndLease(t *testing.T) {
 	mainClient := fake.NewClientset()
 	hb := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u"}})
 	clk := clocktesting.NewFakeClock(testNow)
-	c, err := New(mainClient, hb, Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}, Kubelet: testKubeletConfig()}, nil, nil, clk, WithMachineInfo(testMachine()))
+	c, err := New(mainClient, hb, Config{NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("10.0.0.5")}, Settings: config.Resolve(testKubeletConfig()).Node}, nil, nil, clk, WithMachineInfo(testMachine()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,18 +7,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/eviction"
 )
 
 const hugePagesPrefix = v1.ResourceHugePagesPrefix
 
 // parseEvictionHard returns the hard thresholds that reduce allocatable, keyed by
-// resource; the defaults when the configuration has none.
+// resource (config.Resolve has given an unset evictionHard its defaults).
 func parseEvictionHard(m map[string]string) (map[v1.ResourceName]eviction.ThresholdValue, error) {
-	if m == nil {
-		m = config.DefaultEvictionHard()
-	}
 	out := map[v1.ResourceName]eviction.ThresholdValue{}
 	for signal, value := range m {
 		var res v1.ResourceName

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/config"
 )
 
 const (
@@ -133,7 +135,7 @@ func TestCapacityAndAllocatable(t *testing.T) {
 				tc.machine(&m)
 			}
 			kc := tc.kc
-			c, err := New(nil, nil, Config{NodeName: "n1", Kubelet: &kc}, nil, nil, clocktesting.NewFakeClock(testNow), WithMachineInfo(m))
+			c, err := New(nil, nil, Config{NodeName: "n1", Settings: config.Resolve(&kc).Node}, nil, nil, clocktesting.NewFakeClock(testNow), WithMachineInfo(m))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +155,7 @@ func TestReservation(t *testing.T) {
 	}
 	m := testMachine()
 	m.HugePages = nil
-	c, err := New(nil, nil, Config{NodeName: "n1", Kubelet: &kc}, nil, nil, clocktesting.NewFakeClock(testNow), WithMachineInfo(m))
+	c, err := New(nil, nil, Config{NodeName: "n1", Settings: config.Resolve(&kc).Node}, nil, nil, clocktesting.NewFakeClock(testNow), WithMachineInfo(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestNewRejectsBadResourceConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := tc.kc
-			if _, err := New(nil, nil, Config{NodeName: "n1", Kubelet: &kc}, nil, nil, nil, WithMachineInfo(testMachine())); err == nil {
+			if _, err := New(nil, nil, Config{NodeName: "n1", Settings: config.Resolve(&kc).Node}, nil, nil, nil, WithMachineInfo(testMachine())); err == nil {
 				t.Fatal("New succeeded, want an error")
 			}
 		})

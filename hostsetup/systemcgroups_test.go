@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -81,9 +81,9 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 		cgfs := t.TempDir()
 		writeProcs(t, cgfs, 1, 2, 3, 100, 200, self)
 		procfs := fakeProcfs(t, []int{100, 200, self}, []int{2, 3}, nil)
-		p, err := newCgroupPlacement("/nodelet.slice", "/system.slice", "/", cgroups.ModeV2, cgfs, procfs, self, clk)
+		p, err := NewCgroupPlacement("/nodelet.slice", "/system.slice", "/", cgroups.ModeV2, cgfs, procfs, self, clk)
 		if err != nil || p == nil {
-			t.Fatalf("newCgroupPlacement: %v %v", p, err)
+			t.Fatalf("NewCgroupPlacement: %v %v", p, err)
 		}
 		if err := p.ensure(ctx); err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 			}
 		}
 		procfs := fakeProcfs(t, []int{100, self}, []int{2}, nil)
-		p, err := newCgroupPlacement("/nodelet", "/system", "/", cgroups.ModeV1, cgfs, procfs, self, clk)
+		p, err := NewCgroupPlacement("/nodelet", "/system", "/", cgroups.ModeV1, cgfs, procfs, self, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 		cgfs := t.TempDir()
 		writeProcs(t, cgfs, 1, self)
 		procfs := fakeProcfs(t, []int{self}, nil, map[int]bool{self: true})
-		p, err := newCgroupPlacement("/nodelet.slice", "", "", cgroups.ModeV2, cgfs, procfs, self, clk)
+		p, err := NewCgroupPlacement("/nodelet.slice", "", "", cgroups.ModeV2, cgfs, procfs, self, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,30 +156,12 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 			t.Fatal(err)
 		}
 		procfs := fakeProcfs(t, []int{100}, nil, nil)
-		p, err := newCgroupPlacement("", "/system.slice", "/", cgroups.ModeV2, cgfs, procfs, self, clk)
+		p, err := NewCgroupPlacement("", "/system.slice", "/", cgroups.ModeV2, cgfs, procfs, self, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := p.ensure(ctx); err == nil || !strings.Contains(err.Error(), `failed to move PID 100 into the system container "/system.slice"`) {
 			t.Errorf("ensure = %v, want the failed move named", err)
-		}
-	})
-
-	t.Run("the summary's system containers", func(t *testing.T) {
-		v1Self := "12:memory:/system.slice/nodelet.service\n4:cpu,cpuacct:/system.slice/nodelet.service\n0::/\n"
-		for _, tc := range []struct {
-			kubelet, runtime, system, self string
-			mode                           cgroups.Mode
-			want                           systemContainerCgroups
-		}{
-			{kubelet: "/nodelet.slice", runtime: "/system.slice/containerd.service", system: "/system.slice", mode: cgroups.ModeV2,
-				want: systemContainerCgroups{kubelet: "/nodelet.slice", runtime: "/system.slice/containerd.service", misc: "/system.slice"}},
-			{self: "0::/system.slice/nodelet.service\n", mode: cgroups.ModeV2, want: systemContainerCgroups{kubelet: "/system.slice/nodelet.service"}},
-			{self: v1Self, mode: cgroups.ModeHybrid, want: systemContainerCgroups{kubelet: "/system.slice/nodelet.service"}},
-		} {
-			if got := summarySystemContainers(tc.kubelet, tc.runtime, tc.system, tc.self, tc.mode); got != tc.want {
-				t.Errorf("%+v: got %+v, want %+v", tc, got, tc.want)
-			}
 		}
 	})
 
@@ -196,7 +178,7 @@ func TestKubeletAndSystemCgroups(t *testing.T) {
 			{kubelet: "nodelet.slice", err: "kubeletCgroups \"nodelet.slice\": must be an absolute cgroup path"},
 			{system: "/a/../../etc", root: "/", err: `systemCgroups "/a/../../etc": must not contain ".."`},
 		} {
-			p, err := newCgroupPlacement(tc.kubelet, tc.system, tc.root, cgroups.ModeV2, t.TempDir(), t.TempDir(), self, clk)
+			p, err := NewCgroupPlacement(tc.kubelet, tc.system, tc.root, cgroups.ModeV2, t.TempDir(), t.TempDir(), self, clk)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Errorf("%+v: %v", tc, err)

@@ -1,16 +1,15 @@
-package agent
+package config
 
 import (
 	"testing"
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
-
-	"github.com/nodelet/nodelet/config"
 )
 
 // TestImagePullSlots: serializeImagePulls and maxParallelImagePulls decide how
-// many pulls the runtime manager runs at once (its pull slots).
+// many pulls the runtime manager runs at once (its pull slots), resolved
+// from a configuration that was not defaulted first.
 func TestImagePullSlots(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -27,9 +26,8 @@ func TestImagePullSlots(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := &kubeletconfigv1beta1.KubeletConfiguration{SerializeImagePulls: tc.serialize, MaxParallelImagePulls: tc.max}
-			config.SetDefaults(kc)
-			if got := imagePullSlots(kc); got != tc.want {
-				t.Errorf("imagePullSlots = %d, want %d", got, tc.want)
+			if got := Resolve(kc).Runtime.MaxParallelImagePulls; got != tc.want {
+				t.Errorf("MaxParallelImagePulls = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestMaxOpenFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeNoFile{err: tc.err}
-			applyMaxOpenFiles(context.Background(), tc.max, f)
+			ApplyMaxOpenFiles(context.Background(), tc.max, f)
 			if !slices.Equal(f.set, tc.want) {
 				t.Fatalf("set %v, want %v", f.set, tc.want)
 			}

@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func TestProtectKernelDefaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := write(t, tc.start, tc.missing)
-			err := setUpKernelTunables(context.Background(), root, tc.protect)
+			err := SetUpKernelTunables(context.Background(), root, tc.protect)
 			if len(tc.errHas) == 0 && err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}

@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -119,7 +119,7 @@ func checkIPv4Chains(t *testing.T, f *fakeIPTables) {
 func TestIPTablesUtilChains(t *testing.T) {
 	ctx := context.Background()
 	v4, v6 := newFakeIPTables(), newFakeIPTables()
-	u := &iptablesUtil{clk: clocktesting.NewFakeClock(time.Now()), families: []iptablesFamily{
+	u := &IPTablesUtil{clk: clocktesting.NewFakeClock(time.Now()), families: []iptablesFamily{
 		{name: "IPv4", run: v4}, {name: "IPv6", ipv6: true, run: v6},
 	}}
 	if got := u.syncAll(ctx); len(got) != 2 {
@@ -152,10 +152,10 @@ func TestIPTablesUtilChains(t *testing.T) {
 	t.Run("restored after a firewall reload, on the monitor's tick", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Now())
 		fresh := newFakeIPTables()
-		mu := &iptablesUtil{clk: clk, families: []iptablesFamily{{name: "IPv4", run: fresh}}}
+		mu := &IPTablesUtil{clk: clk, families: []iptablesFamily{{name: "IPv4", run: fresh}}}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); mu.run(runCtx) }()
+		go func() { defer close(done); mu.Run(runCtx) }()
 		defer func() { cancel(); <-done }()
 		waitFor(t, clk.HasWaiters, "the monitor to wait for its tick")
 		checkIPv4Chains(t, fresh)
@@ -182,12 +182,12 @@ func TestIPTablesUtilChains(t *testing.T) {
 		none := newIPTablesUtil(ctx, func(bin string) (string, error) { return "", errors.New("not found") }, clocktesting.NewFakeClock(time.Now()))
 		runCtx, cancel := context.WithCancel(ctx)
 		cancel()
-		none.run(runCtx) // returns at once: nothing to do
+		none.Run(runCtx) // returns at once: nothing to do
 	})
 
 	t.Run("a failing family is left alone, the other kept", func(t *testing.T) {
 		broken := &failingIPTables{}
-		mu := &iptablesUtil{families: []iptablesFamily{{name: "IPv4", run: broken}, {name: "IPv6", ipv6: true, run: newFakeIPTables()}}}
+		mu := &IPTablesUtil{families: []iptablesFamily{{name: "IPv4", run: broken}, {name: "IPv6", ipv6: true, run: newFakeIPTables()}}}
 		got := mu.syncAll(ctx)
 		if len(got) != 1 || got[0].name != "IPv6" {
 			t.Fatalf("initialised %+v, want IPv6 only", got)

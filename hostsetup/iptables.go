@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -147,16 +147,16 @@ func (f iptablesFamily) canaryGone(ctx context.Context) bool {
 	return false
 }
 
-// iptablesUtil is makeIPTablesUtilChains: the families whose binary exists.
-type iptablesUtil struct {
+// IPTablesUtil is makeIPTablesUtilChains: the families whose binary exists.
+type IPTablesUtil struct {
 	families []iptablesFamily
 	clk      clock.Clock
 }
 
 // newIPTablesUtil finds iptables and ip6tables with lookPath. A missing binary
 // is logged and that family skipped, as upstream goes on without the chains.
-func newIPTablesUtil(ctx context.Context, lookPath func(string) (string, error), clk clock.Clock) *iptablesUtil {
-	u := &iptablesUtil{clk: clk}
+func newIPTablesUtil(ctx context.Context, lookPath func(string) (string, error), clk clock.Clock) *IPTablesUtil {
+	u := &IPTablesUtil{clk: clk}
 	for _, fam := range []struct {
 		name, bin string
 		ipv6      bool
@@ -174,7 +174,7 @@ func newIPTablesUtil(ctx context.Context, lookPath func(string) (string, error),
 
 // syncAll puts every family's chains in place and returns those that succeeded;
 // a failing family is logged and left alone, as upstream.
-func (u *iptablesUtil) syncAll(ctx context.Context) []iptablesFamily {
+func (u *IPTablesUtil) syncAll(ctx context.Context) []iptablesFamily {
 	logger := klog.FromContext(ctx)
 	var ok []iptablesFamily
 	for _, f := range u.families {
@@ -188,8 +188,8 @@ func (u *iptablesUtil) syncAll(ctx context.Context) []iptablesFamily {
 	return ok
 }
 
-// run syncs the chains, then every minute puts them back if the canary went.
-func (u *iptablesUtil) run(ctx context.Context) {
+// Run syncs the chains, then every minute puts them back if the canary went.
+func (u *IPTablesUtil) Run(ctx context.Context) {
 	watched := u.syncAll(ctx)
 	if len(watched) == 0 {
 		return
@@ -207,7 +207,7 @@ func (u *iptablesUtil) run(ctx context.Context) {
 }
 
 // resyncIfFlushed puts back the chains of the families whose canary is gone.
-func (u *iptablesUtil) resyncIfFlushed(ctx context.Context, families []iptablesFamily) {
+func (u *IPTablesUtil) resyncIfFlushed(ctx context.Context, families []iptablesFamily) {
 	for _, f := range families {
 		if !f.canaryGone(ctx) {
 			continue
@@ -219,10 +219,10 @@ func (u *iptablesUtil) resyncIfFlushed(ctx context.Context, families []iptablesF
 	}
 }
 
-// newIPTablesUtilFromConfig is makeIPTablesUtilChains (default true) on this
-// host's binaries; nil when it is false.
-func newIPTablesUtilFromConfig(ctx context.Context, makeChains *bool, clk clock.Clock) *iptablesUtil {
-	if makeChains != nil && !*makeChains {
+// NewIPTablesUtil is makeIPTablesUtilChains on this host's binaries; nil when
+// it is false.
+func NewIPTablesUtil(ctx context.Context, makeChains bool, clk clock.Clock) *IPTablesUtil {
+	if !makeChains {
 		return nil
 	}
 	return newIPTablesUtil(ctx, exec.LookPath, clk)

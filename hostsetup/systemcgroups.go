@@ -1,4 +1,4 @@
-package agent
+package hostsetup
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 // configuration wants them, as upstream's container manager does.
 const systemCgroupsInterval = time.Minute
 
-// cgroupPlacement is kubeletCgroups and systemCgroups, as upstream: nodelet's own
+// CgroupPlacement is kubeletCgroups and systemCgroups, as upstream: nodelet's own
 // process is kept in kubeletCgroups; every non-kernel process left in the root
 // cgroup (but init) is moved to systemCgroups. The names are cgroupfs paths
 // whatever the cgroup driver, as upstream.
-type cgroupPlacement struct {
+type CgroupPlacement struct {
 	cgroupfs string // /sys/fs/cgroup
 	mode     cgroups.Mode
 	procfs   string // /proc
@@ -35,9 +35,9 @@ type cgroupPlacement struct {
 	clk      clock.Clock
 }
 
-// newCgroupPlacement checks the two fields as upstream does; nil when neither is set.
-func newCgroupPlacement(kubeletCgroups, systemCgroups, cgroupRoot string, mode cgroups.Mode, cgroupfs, procfs string, self int, clk clock.Clock) (*cgroupPlacement, error) {
-	s := &cgroupPlacement{cgroupfs: cgroupfs, mode: mode, procfs: procfs, self: self, clk: clk}
+// NewCgroupPlacement checks the two fields as upstream does; nil when neither is set.
+func NewCgroupPlacement(kubeletCgroups, systemCgroups, cgroupRoot string, mode cgroups.Mode, cgroupfs, procfs string, self int, clk clock.Clock) (*CgroupPlacement, error) {
+	s := &CgroupPlacement{cgroupfs: cgroupfs, mode: mode, procfs: procfs, self: self, clk: clk}
 	var err error
 	if kubeletCgroups != "" {
 		if s.kubelet, err = cgroups.CleanCgroupPath("kubeletCgroups", kubeletCgroups); err != nil {
@@ -75,14 +75,14 @@ func nonKernelProcesses(pids []int, isKernel func(int) bool, tried map[int]bool)
 }
 
 // isKernelThread: a kernel thread has no executable.
-func (s *cgroupPlacement) isKernelThread(pid int) bool {
+func (s *CgroupPlacement) isKernelThread(pid int) bool {
 	_, err := os.Readlink(filepath.Join(s.procfs, strconv.Itoa(pid), "exe"))
 	return errors.Is(err, fs.ErrNotExist)
 }
 
 // inHostPIDNamespace: nodelet in a container leaves its process where the
 // container put it, as upstream.
-func (s *cgroupPlacement) inHostPIDNamespace(pid int) (bool, error) {
+func (s *CgroupPlacement) inHostPIDNamespace(pid int) (bool, error) {
 	initNS, err := os.Readlink(filepath.Join(s.procfs, "1", "ns", "pid"))
 	if err != nil {
 		return false, fmt.Errorf("reading the pid namespace of init: %w", err)
@@ -96,7 +96,7 @@ func (s *cgroupPlacement) inHostPIDNamespace(pid int) (bool, error) {
 
 // ensure does one pass: the root cgroup's processes to systemCgroups first, then
 // nodelet to kubeletCgroups (so it ends there even when it started in the root).
-func (s *cgroupPlacement) ensure(ctx context.Context) error {
+func (s *CgroupPlacement) ensure(ctx context.Context) error {
 	var errs []error
 	if s.system != "" {
 		errs = append(errs, s.ensureSystem(ctx))
@@ -107,7 +107,7 @@ func (s *cgroupPlacement) ensure(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *cgroupPlacement) ensureSystem(ctx context.Context) error {
+func (s *CgroupPlacement) ensureSystem(ctx context.Context) error {
 	tried := map[int]bool{}
 	var last error
 	// Processes fork while others are moved: look again, up to 10 times, as upstream.
@@ -132,7 +132,7 @@ func (s *cgroupPlacement) ensureSystem(ctx context.Context) error {
 	return last
 }
 
-func (s *cgroupPlacement) ensureKubelet(ctx context.Context) error {
+func (s *CgroupPlacement) ensureKubelet(ctx context.Context) error {
 	inHost, err := s.inHostPIDNamespace(s.self)
 	if err != nil {
 		return err
@@ -151,8 +151,8 @@ func (s *cgroupPlacement) ensureKubelet(ctx context.Context) error {
 	return nil
 }
 
-// run ensures the placement now and every minute; a failure is logged, as upstream.
-func (s *cgroupPlacement) run(ctx context.Context) {
+// Run ensures the placement now and every minute; a failure is logged, as upstream.
+func (s *CgroupPlacement) Run(ctx context.Context) {
 	for {
 		if err := s.ensure(ctx); err != nil {
 			klog.FromContext(ctx).Info("Failed to ensure state", "kubeletCgroups", s.kubelet, "systemCgroups", s.system, "err", err)

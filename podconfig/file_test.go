@@ -682,3 +682,26 @@ func TestRunFileSourceResyncsWhatTheWatchCannotSee(t *testing.T) {
 		t.Fatalf("got %s, want Add of the edited pod after one period", add.Op)
 	}
 }
+
+func TestRunFileSourceWatchesADirectoryCreatedLater(t *testing.T) {
+	// kubeadm creates the manifest directory after the node agent may have started:
+	// the period finds it and adds the watch, which then sees the next manifest at once.
+	dir := filepath.Join(t.TempDir(), "manifests")
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(testNode, clk, WithSources(podutil.SourceFile))
+	runFileSource(t, c, dir)
+
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRenamed(t, filepath.Join(dir, "web.yaml"), goodPod)
+	eventually.True(t, "the file source's timer", clk.HasWaiters)
+	clk.Step(20 * time.Second)
+	if u := waitUpdate(t, c, "the first period after the directory appeared"); u.Op != OpAdd || len(u.Pods) != 1 {
+		t.Fatalf("got %s of %v, want Add of web", u.Op, podNames(u.Pods))
+	}
+	writeRenamed(t, filepath.Join(dir, "other.yaml"), strings.Replace(goodPod, "name: web", "name: other", 1))
+	if u := waitUpdate(t, c, "the watch added by that read"); u.Op != OpAdd || len(u.Pods) != 1 || u.Pods[0].Name != "other-"+testNode {
+		t.Fatalf("got %s of %v, want Add of other", u.Op, podNames(u.Pods))
+	}
+}

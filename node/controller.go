@@ -1,6 +1,17 @@
 // Package node owns the Node object of this machine: the machine facts, registration, the
 // periodic status update (capacity/allocatable, nodeInfo, addresses, conditions) and the
 // Lease heartbeat in kube-node-lease.
+//
+// The Lease is renewed by nodelet's own loop (lease.go), which follows the steps of
+// k8s.io/component-helpers/apimachinery/lease (optimistic update from the cached lease,
+// GET/Create with 100 ms..7 s back-off, five updates re-reading on conflict, the heartbeat
+// failure hook from the second failed update on) rather than running that controller. Tried
+// and measured (issue 34): its loop (wait.JitterUntil) and its back-off (time.After) wait on
+// real time, not on the injected clock, so TestRun's renewal at 10 s on the fake clock never
+// comes and TestLeaseEnsureBacksOff cannot step the back-off; and it has no wake on
+// registration, so a Lease created before the Node would wait a whole renewal interval for
+// its owner reference to the Node (TestLeaseOwnedOnceRegistered passed only by waiting ~10 s
+// of real time).
 package node
 
 import (

@@ -31,16 +31,56 @@ const DefaultFileCheckFrequency = 20 * time.Second
 const maxManifestSize = 10 << 20
 
 // RunFileSource reads static pods from path (a directory, every file in it whose
-// name does not start with a dot, as upstream; or a single file) now and every
-// period, until ctx is done. A file holds a v1 Pod or a v1 PodList. It blocks; run
-// it in its own goroutine. Polling only (no inotify): a change is seen within one
-// period.
+// name does not start with a dot, as upstream; or a single file) now, whenever
+// inotify reports a change under it, and every period, until ctx is done. A file
+// holds a v1 Pod or a v1 PodList. It blocks; run it in its own goroutine.
+//
+// As upstream, a file written in place is read at each write it reports: write
+// manifests by rename (kubeadm does) so no half-written file is read.
 func (c *Config) RunFileSource(ctx context.Context, path string, period time.Duration) {
 	if period <= 0 {
 		period = DefaultFileCheckFrequency
 	}
 	c.registerSource(podutil.SourceFile)
-	c.poll(ctx, period, func() { c.readFileSource(ctx, path) })
+	fw := newFileWatch(ctx, path)
+	defer fw.close()
+	read := func() {
+		fw.ensure(ctx)
+		c.readFileSource(ctx, path)
+	}
+	read()
+	t := c.clk.NewTimer(period)
+	defer t.Stop()
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			read()
+			t.Reset(period)
+		case ev, ok := <-fw.events():
+			if !ok {
+				return
+			}
+			if !fw.relevant(ev) {
+				continue
+			}
+			// One read covers a burst (create, write, chmod of one file).
+			drainEvents(fw.events())
+			logger.V(4).Info("Static pod path changed", "event", ev.String())
+			read()
+		case err, ok := <-fw.errs():
+			if !ok {
+				return
+			}
+			if isOverflow(err) {
+				read()
+				continue
+			}
+			logger.Error(err, "Watching the static pod path", "path", path)
+		}
+	}
 }
 
 // poll runs check now and then period after each run ends, until ctx is done.

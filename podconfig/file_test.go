@@ -557,3 +557,151 @@ func TestDecodeStaticPodUnmaskedProcWithUserNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitUpdate returns the next update, waiting at most eventually.Timeout: long
+// for a loaded machine, and the fake clock is not stepped, so only the watch
+// can send it.
+func waitUpdate(t *testing.T, c *Config, what string) Update {
+	t.Helper()
+	select {
+	case u := <-c.Updates():
+		return u
+	case <-time.After(eventually.Timeout):
+		t.Fatalf("no update within %s: %s", eventually.Timeout, what)
+	}
+	return Update{}
+}
+
+// writeRenamed writes content to path through a hidden temporary file and a
+// rename, as kubeadm and the e2e framework do.
+func writeRenamed(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	writeFile(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runFileSource runs c's file source on path until the test ends.
+func runFileSource(t *testing.T, c *Config, path string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.RunFileSource(ctx, path, 20*time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The watch is in place before the first read, which makes the source ready.
+	eventually.True(t, "the sources to be ready", c.SourcesReady)
+}
+
+func TestRunFileSourceWatchSeesNewManifestWithoutWaitingForThePeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, path, content string)
+	}{
+		{"written in place", writeFile},
+		{"renamed into place", writeRenamed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceFile))
+			runFileSource(t, c, dir)
+
+			tc.write(t, filepath.Join(dir, "web.yaml"), goodPod)
+			u := waitUpdate(t, c, "the new manifest")
+			if u.Op != OpAdd || len(u.Pods) != 1 || u.Pods[0].Name != "web-"+testNode {
+				t.Fatalf("got %s of %v, want Add of web", u.Op, podNames(u.Pods))
+			}
+
+			// An edit (a kubeadm upgrade) replaces the pod, and a removal removes it.
+			tc.write(t, filepath.Join(dir, "web.yaml"), strings.Replace(goodPod, "app: web", "app: web2", 1))
+			if rm := waitUpdate(t, c, "the old pod's removal"); rm.Op != OpRemove || rm.Pods[0].UID != u.Pods[0].UID {
+				t.Fatalf("got %s, want Remove of the first pod", rm.Op)
+			}
+			add := waitUpdate(t, c, "the edited pod")
+			if add.Op != OpAdd || add.Pods[0].Labels["app"] != "web2" {
+				t.Fatalf("got %s (app=%s), want Add of the edited pod", add.Op, add.Pods[0].Labels["app"])
+			}
+			if err := os.Remove(filepath.Join(dir, "web.yaml")); err != nil {
+				t.Fatal(err)
+			}
+			if rm := waitUpdate(t, c, "the removed manifest"); rm.Op != OpRemove || rm.Pods[0].UID != add.Pods[0].UID {
+				t.Fatalf("got %s, want Remove of the edited pod", rm.Op)
+			}
+		})
+	}
+}
+
+func TestRunFileSourceWatchesASingleFileThroughItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "pod.manifest")
+	writeFile(t, f, goodPod)
+	writeFile(t, filepath.Join(dir, "other.yaml"), strings.Replace(goodPod, "name: web", "name: other", 1))
+	c := New(testNode, clocktesting.NewFakeClock(time.Now()), WithSources(podutil.SourceFile))
+	runFileSource(t, c, f)
+	first := waitUpdate(t, c, "the first read")
+	if first.Op != OpAdd || len(first.Pods) != 1 {
+		t.Fatalf("got %s of %v, want Add of web", first.Op, podNames(first.Pods))
+	}
+
+	// Replacing the file by rename ends a watch on its inode; the directory's goes on.
+	writeRenamed(t, f, strings.Replace(goodPod, "app: web", "app: web2", 1))
+	if rm := waitUpdate(t, c, "the replaced file"); rm.Op != OpRemove {
+		t.Fatalf("got %s, want Remove of the first pod", rm.Op)
+	}
+	if add := waitUpdate(t, c, "the replaced file"); add.Op != OpAdd || add.Pods[0].Labels["app"] != "web2" {
+		t.Fatalf("got %s, want Add of the edited pod", add.Op)
+	}
+	writeRenamed(t, f, strings.Replace(goodPod, "app: web", "app: web3", 1))
+	if rm := waitUpdate(t, c, "the file replaced again"); rm.Op != OpRemove {
+		t.Fatalf("got %s, want Remove of the second pod", rm.Op)
+	}
+}
+
+func TestRunFileSourceResyncsWhatTheWatchCannotSee(t *testing.T) {
+	// The manifest is a symlink to a file elsewhere: a change of the target is not
+	// an event of the watched directory, so only the period finds it.
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "web.yaml")
+	writeFile(t, target, goodPod)
+	if err := os.Symlink(target, filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(testNode, clk, WithSources(podutil.SourceFile))
+	runFileSource(t, c, dir)
+	first := waitUpdate(t, c, "the first read")
+
+	writeFile(t, target, strings.Replace(goodPod, "app: web", "app: web2", 1))
+	eventually.True(t, "the file source's timer", clk.HasWaiters)
+	clk.Step(20 * time.Second)
+	if rm := waitUpdate(t, c, "the resync"); rm.Op != OpRemove || rm.Pods[0].UID != first.Pods[0].UID {
+		t.Fatalf("got %s, want Remove of the first pod after one period", rm.Op)
+	}
+	if add := waitUpdate(t, c, "the resync"); add.Op != OpAdd || add.Pods[0].Labels["app"] != "web2" {
+		t.Fatalf("got %s, want Add of the edited pod after one period", add.Op)
+	}
+}
+
+func TestRunFileSourceWatchesADirectoryCreatedLater(t *testing.T) {
+	// kubeadm creates the manifest directory after the node agent may have started:
+	// the period finds it and adds the watch, which then sees the next manifest at once.
+	dir := filepath.Join(t.TempDir(), "manifests")
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(testNode, clk, WithSources(podutil.SourceFile))
+	runFileSource(t, c, dir)
+
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRenamed(t, filepath.Join(dir, "web.yaml"), goodPod)
+	eventually.True(t, "the file source's timer", clk.HasWaiters)
+	clk.Step(20 * time.Second)
+	if u := waitUpdate(t, c, "the first period after the directory appeared"); u.Op != OpAdd || len(u.Pods) != 1 {
+		t.Fatalf("got %s of %v, want Add of web", u.Op, podNames(u.Pods))
+	}
+	writeRenamed(t, filepath.Join(dir, "other.yaml"), strings.Replace(goodPod, "name: web", "name: other", 1))
+	if u := waitUpdate(t, c, "the watch added by that read"); u.Op != OpAdd || len(u.Pods) != 1 || u.Pods[0].Name != "other-"+testNode {
+		t.Fatalf("got %s of %v, want Add of other", u.Op, podNames(u.Pods))
+	}
+}

@@ -410,7 +410,10 @@ func (m *Manager) memoryCapacity() int64 {
 	return n.Allocatable.Memory().Value()
 }
 
-var errNeverPull = errors.New("image not present with pull policy Never")
+var (
+	errNeverPull        = errors.New("image not present with pull policy Never")
+	errInvalidImageName = errors.New("InvalidImageName") // upstream's ErrInvalidImageName
+)
 
 // pullPolicy defaults as the API server does: Always for :latest or no tag.
 func pullPolicy(c *v1.Container) v1.PullPolicy {
@@ -429,9 +432,6 @@ func imageBackoffKey(pod *v1.Pod, image string) string {
 // ensureImage makes sure the container's image is present according to its
 // pull policy, and returns its reference.
 func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
-	if c.Image == "" {
-		return "", &podstatus.Waiting{Reason: "InvalidImageName", Message: "container has no image"}, fmt.Errorf("container %s has no image", c.Name)
-	}
 	return m.ensureImageRef(ctx, pod, c.Image, pullPolicy(c), sbCfg)
 }
 
@@ -441,6 +441,9 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 // the policy exempts it); otherwise it is pulled with the pod's own
 // credentials, or refused under Never.
 func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string, policy v1.PullPolicy, sbCfg *runtimeapi.PodSandboxConfig) (string, *podstatus.Waiting, error) {
+	if w, err := m.checkImageName(pod, image); err != nil {
+		return "", w, err
+	}
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image}
 	present := ""
 	if policy != v1.PullAlways {
@@ -514,6 +517,28 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
 		image, m.clock.Since(start).Round(time.Millisecond), m.clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
 	return ref, nil, nil
+}
+
+// checkImageName refuses an image that does not parse as the docker reference
+// grammar, as upstream: an InspectFailed event and an InvalidImageName waiting
+// container with upstream's words ("Failed to apply default image tag ...").
+func (m *Manager) checkImageName(pod *v1.Pod, image string) (*podstatus.Waiting, error) {
+	w, err := invalidImageName(image)
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "InspectFailed", "%s", w.Message)
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", w.Reason)
+	}
+	return w, err
+}
+
+// invalidImageName decides whether image can be pulled by name: nil if it
+// parses, otherwise the container's waiting state and the sync error.
+func invalidImageName(image string) (*podstatus.Waiting, error) {
+	if _, err := podutil.ParseImage(image); err != nil {
+		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", image, err)
+		return &podstatus.Waiting{Reason: "InvalidImageName", Message: msg}, fmt.Errorf("%s: %w", msg, errInvalidImageName)
+	}
+	return nil, nil
 }
 
 // neverPull fails a container whose image may not be pulled. A present image

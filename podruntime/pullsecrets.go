@@ -18,6 +18,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodelet/nodelet/credentialprovider"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // defaultRegistryHost is the key Docker's config files use for Docker Hub
@@ -167,24 +168,14 @@ func isDefaultRegistry(repo string) bool {
 // normalizeRepo turns an image reference into "host/path" without tag or
 // digest, as the docker reference grammar does: no host means docker.io, a
 // one-element Docker Hub path gains library/, index.docker.io becomes docker.io.
+// An image that does not parse (refused as InvalidImageName before any pull)
+// has no repository, which no credential matches.
 func normalizeRepo(image string) string {
-	if i := strings.Index(image, "@"); i >= 0 {
-		image = image[:i]
+	named, err := podutil.ParseImage(image)
+	if err != nil {
+		return ""
 	}
-	if i, j := strings.LastIndex(image, ":"), strings.LastIndex(image, "/"); i > j {
-		image = image[:i]
-	}
-	first, rest, found := strings.Cut(image, "/")
-	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
-		first, rest = "docker.io", image
-	}
-	if first == defaultRegistryHost {
-		first = "docker.io"
-	}
-	if first == "docker.io" && !strings.Contains(rest, "/") {
-		rest = "library/" + rest
-	}
-	return first + "/" + rest
+	return named.Name()
 }
 
 // parseDockerConfig reads the credentials of one pull secret.

@@ -23,16 +23,19 @@ import (
 
 func TestNormalizeRepo(t *testing.T) {
 	for in, want := range map[string]string{
-		"busybox":                          "docker.io/library/busybox",
-		"busybox:1.36":                     "docker.io/library/busybox",
-		"user/app":                         "docker.io/user/app",
-		"docker.io/busybox":                "docker.io/library/busybox",
-		"index.docker.io/user/app:v1":      "docker.io/user/app",
-		"127.0.0.1:5000/busybox:e2e":       "127.0.0.1:5000/busybox",
-		"127.0.0.1:5000/busybox":           "127.0.0.1:5000/busybox",
-		"reg.example.com/a/b@sha256:abcd":  "reg.example.com/a/b",
+		"busybox":                     "docker.io/library/busybox",
+		"busybox:1.36":                "docker.io/library/busybox",
+		"user/app":                    "docker.io/user/app",
+		"docker.io/busybox":           "docker.io/library/busybox",
+		"index.docker.io/user/app:v1": "docker.io/user/app",
+		"127.0.0.1:5000/busybox:e2e":  "127.0.0.1:5000/busybox",
+		"127.0.0.1:5000/busybox":      "127.0.0.1:5000/busybox",
+		"reg.example.com/a/b@sha256:" + strings.Repeat("ab", 32): "reg.example.com/a/b",
 		"localhost/app:1":                  "localhost/app",
 		"reg.example.com:443/team/app:1.0": "reg.example.com:443/team/app",
+		// Refused as InvalidImageName before any pull: no repository, no credential.
+		"reg.example.com/a/b@sha256:abcd": "",
+		"Reg.example.com/UPPER":           "",
 	} {
 		if got := normalizeRepo(in); got != want {
 			t.Errorf("normalizeRepo(%q) = %q, want %q", in, got, want)

@@ -7,10 +7,10 @@ package pullrecords
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/distribution/reference"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
@@ -117,37 +117,32 @@ func allowlistPattern(pattern string) (string, bool, error) {
 	if strings.Contains(pattern, "*") {
 		return "", false, fmt.Errorf("only a trailing whole path segment wildcard '/*' is allowed: %q", pattern)
 	}
-	if !imageName.MatchString(pattern) {
+	if named, err := parseNamed(pattern); err != nil || named.Name() != pattern {
 		return "", false, fmt.Errorf("not an image name without tag or digest: %q", pattern)
 	}
 	return pattern, false, nil
 }
 
-// The image name grammar of the distribution reference spec: an optional
-// registry host (with port) and lowercase path components.
-var (
-	imageName = regexp.MustCompile(`^` +
-		`(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?` +
-		`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
-	imageTag    = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)
-	imageDigest = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$`)
-)
-
 // TrimTagDigest returns a container image field without its tag and digest,
-// as written (not normalized): the key of a record's credentialMapping.
+// as written (not normalized): the key of a record's credentialMapping. The
+// grammar is the docker reference grammar (github.com/distribution/reference).
 func TrimTagDigest(image string) (string, error) {
-	name, digest, hasDigest := strings.Cut(image, "@")
-	if hasDigest && !imageDigest.MatchString(digest) {
-		return "", fmt.Errorf("invalid digest in image %q", image)
+	named, err := parseNamed(image)
+	if err != nil {
+		return "", err
 	}
-	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-		if !imageTag.MatchString(name[i+1:]) {
-			return "", fmt.Errorf("invalid tag in image %q", image)
-		}
-		name = name[:i]
+	return named.Name(), nil
+}
+
+// parseNamed parses image without normalizing it.
+func parseNamed(image string) (reference.Named, error) {
+	ref, err := reference.Parse(image)
+	if err != nil {
+		return nil, fmt.Errorf("invalid image %q: %w", image, err)
 	}
-	if !imageName.MatchString(name) {
-		return "", fmt.Errorf("invalid image name %q", image)
+	named, ok := ref.(reference.Named)
+	if !ok {
+		return nil, fmt.Errorf("invalid image %q: no name", image)
 	}
-	return name, nil
+	return named, nil
 }

@@ -1,7 +1,7 @@
 package stats
 
 import (
-	"bufio"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,11 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	promprocfs "github.com/prometheus/procfs"
+
 	"github.com/nodelet/nodelet/procfs"
 )
-
-// userHZ is the unit of /proc/stat's CPU times on Linux.
-const userHZ = 100
 
 // nodeMemory is the node's memory as upstream reports it: the working set is usage
 // minus inactive file pages (cache the kernel can drop), and available is capacity
@@ -125,31 +124,26 @@ func (p *Provider) cgroupPIDs(path string) (uint64, bool) {
 	return n, err == nil
 }
 
-// nodeCPU is the node's busy CPU time from /proc/stat and its rate since the last call.
-func (p *Provider) nodeCPU(now time.Time) *statsapi.CPUStats {
-	f, err := os.Open(filepath.Join(p.cfg.ProcRoot, "stat"))
+// procStat reads /proc/stat with github.com/prometheus/procfs; false when it
+// cannot be read.
+func (p *Provider) procStat() (promprocfs.Stat, bool) {
+	fs, err := promprocfs.NewFS(p.cfg.ProcRoot)
 	if err != nil {
+		return promprocfs.Stat{}, false
+	}
+	st, err := fs.Stat()
+	return st, err == nil
+}
+
+// nodeCPU is the node's busy CPU time from /proc/stat and its rate since the last call.
+func (p *Provider) nodeCPU(st promprocfs.Stat, ok bool, now time.Time) *statsapi.CPUStats {
+	if !ok {
 		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
-		return nil
-	}
-	fields := strings.Fields(sc.Text())
-	if len(fields) < 9 || fields[0] != "cpu" {
-		return nil
-	}
-	var busy uint64
-	// user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
-	for i, v := range fields[1:9] {
-		if i == 3 || i == 4 {
-			continue
-		}
-		n, _ := strconv.ParseUint(v, 10, 64)
-		busy += n
-	}
-	total := busy * (uint64(time.Second) / userHZ)
+	// All but idle and iowait are busy. procfs gives seconds (ticks / USER_HZ).
+	c := st.CPUTotal
+	busy := c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	total := uint64(math.Round(busy * float64(time.Second)))
 	return &statsapi.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: &total, UsageNanoCores: p.rate("", total, now)}
 }
 
@@ -179,10 +173,10 @@ func (p *Provider) rlimit(mt metav1.Time) *statsapi.RlimitStats {
 	return out
 }
 
-func (p *Provider) bootTime(now time.Time) time.Time {
-	kv := readKV(filepath.Join(p.cfg.ProcRoot, "stat"))
-	if bt, ok := kv["btime"]; ok {
-		return time.Unix(int64(bt), 0)
+// bootTime is /proc/stat's btime, now when unknown.
+func (p *Provider) bootTime(st promprocfs.Stat, ok bool, now time.Time) time.Time {
+	if ok && st.BootTime != 0 {
+		return time.Unix(int64(st.BootTime), 0)
 	}
 	return now
 }

@@ -5,58 +5,29 @@
 package mountutil
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
-// mountInfoPath is read to find mount points; /proc/self so it is this
-// process's mount namespace, the one the runtime shares on a node.
-const mountInfoPath = "/proc/self/mountinfo"
-
-// mountPoints lists every mount point, as the kernel spells it (symlinks
-// resolved, octal escapes undone); a path mounted twice appears twice.
-func mountPoints() ([]string, error) {
-	data, err := os.ReadFile(mountInfoPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", mountInfoPath, err)
-	}
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		out = append(out, unescapeMountPath(fields[4]))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", mountInfoPath, err)
-	}
-	return out, nil
-}
-
-// PointsUnder returns the mount points at or below dir, deepest first.
+// PointsUnder returns the mount points at or below dir, deepest first, as the
+// kernel spells them in /proc/self/mountinfo (this process's mount namespace,
+// the one the runtime shares on a node), read with github.com/moby/sys/mountinfo:
+// symlinks resolved, octal escapes undone; a path mounted twice appears twice.
 func PointsUnder(dir string) ([]string, error) {
-	dir = resolvePath(dir)
-	all, err := mountPoints()
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(resolvePath(dir)))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
-	var out []string
-	for _, mp := range all {
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, m.Mountpoint)
 	}
 	// Deepest first so nested mounts come off before their parents; the
 	// same path mounted twice appears twice and is unmounted twice.
@@ -263,13 +234,13 @@ func (r *remover) removeAll(path string) ([]string, error) {
 		return nil, fmt.Errorf("removing %s: not a directory entry", path)
 	}
 	path = filepath.Join(parent, name)
-	all, err := mountPoints()
+	all, err := mountinfo.GetMounts(nil)
 	if err != nil {
-		return nil, fmt.Errorf("removing %s: %w", path, err)
+		return nil, fmt.Errorf("removing %s: reading the mount table: %w", path, err)
 	}
 	r.mounts = make(map[string]bool, len(all))
-	for _, mp := range all {
-		r.mounts[mp] = true
+	for _, m := range all {
+		r.mounts[m.Mountpoint] = true
 	}
 	dirFd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -393,25 +364,6 @@ func crossesMount(dir, entry *unix.Statx_t) bool {
 	mountRoot := entry.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && entry.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	otherMount := dir.Mask&entry.Mask&unix.STATX_MNT_ID != 0 && dir.Mnt_id != entry.Mnt_id
 	return mountRoot || otherMount || dir.Dev_major != entry.Dev_major || dir.Dev_minor != entry.Dev_minor
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for space etc.).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // resolvePath resolves symlinks in p so it compares equal to the kernel's

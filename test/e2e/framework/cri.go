@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -134,16 +135,23 @@ func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, sb := range sbs {
-		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			return 0, fmt.Errorf("stopping sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
-		}
-		if err := c.pastLeakedTask(ctx, func() error {
-			_, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
-			return err
-		}); err != nil {
-			return 0, fmt.Errorf("removing sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
-		}
+	// A test can leave a full node (110 pods) behind, and each stop and removal takes
+	// containerd a second or more on a loaded machine: one after the other they outlast any
+	// fixed deadline. Several at once, each with a deadline of its own.
+	sem := make(chan struct{}, clearParallelism)
+	errs := make([]error, len(sbs))
+	var wg sync.WaitGroup
+	for i, sb := range sbs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = c.removeSandbox(ctx, sb)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
 	}
 	// Containers whose sandbox is already gone (should not happen, but a crashed agent can
 	// leave anything behind).
@@ -152,17 +160,49 @@ func (c *CRIClient) RemoveAllPodSandboxes(ctx context.Context) (int, error) {
 		return len(sbs), err
 	}
 	for _, ctr := range ctrs {
-		if _, err := c.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr.Id, Timeout: 0}); err != nil {
-			return len(sbs), fmt.Errorf("stopping container %s: %w", ctr.Id, err)
-		}
-		if err := c.pastLeakedTask(ctx, func() error {
-			_, err := c.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.Id})
-			return err
-		}); err != nil {
-			return len(sbs), fmt.Errorf("removing container %s: %w", ctr.Id, err)
+		cctx, cancel := context.WithTimeout(ctx, clearEachTimeout)
+		err := c.removeContainer(cctx, ctr.Id)
+		cancel()
+		if err != nil {
+			return len(sbs), err
 		}
 	}
 	return len(sbs), nil
+}
+
+// clearParallelism and clearEachTimeout bound RemoveAllPodSandboxes: sandboxes removed at
+// once, and the time one sandbox's (or container's) stop and removal may take.
+const (
+	clearParallelism = 8
+	clearEachTimeout = time.Minute
+)
+
+func (c *CRIClient) removeSandbox(ctx context.Context, sb *runtimeapi.PodSandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, clearEachTimeout)
+	defer cancel()
+	if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		return fmt.Errorf("stopping sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
+	}
+	if err := c.pastLeakedTask(ctx, func() error {
+		_, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+		return err
+	}); err != nil {
+		return fmt.Errorf("removing sandbox %s (%s): %w", sb.Id, sb.GetMetadata().GetName(), err)
+	}
+	return nil
+}
+
+func (c *CRIClient) removeContainer(ctx context.Context, id string) error {
+	if _, err := c.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0}); err != nil {
+		return fmt.Errorf("stopping container %s: %w", id, err)
+	}
+	if err := c.pastLeakedTask(ctx, func() error {
+		_, err := c.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
+		return err
+	}); err != nil {
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	return nil
 }
 
 // leakedTaskRE finds the container whose task containerd would not let go of, in its CRI

@@ -230,7 +230,9 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if !opts.KeepRuntimeState {
-		if k, err := f.CRI.RemoveAllPodSandboxes(ctx); err != nil {
+		// Not under ctx: a full node left by the test before takes its own time to clear
+		// (each sandbox has a deadline of its own there).
+		if k, err := f.CRI.RemoveAllPodSandboxes(context.Background()); err != nil {
 			f.T.Fatalf("clearing the runtime before the start: %v", err)
 		} else if k > 0 {
 			f.T.Logf("removed %d pod sandboxes left by an earlier test", k)

@@ -80,7 +80,7 @@ type eventDecision struct {
 // each sandbox or container whose state differs from the record, so a change
 // is sent once whether the relist or the stream sees it first. The cache
 // takes the event's statuses only if the cached status is older than the
-// event: an inspection started after the event already shows it.
+// event: a status from a listing taken after the event already shows it.
 func decideEvent(ev *runtimeapi.ContainerEventResponse, pod podRef, cached *PodStatus, cachedAt time.Time, rec *podSnapshot, listedAt time.Time) eventDecision {
 	at := time.Unix(0, ev.GetCreatedAt())
 	known := listedAt

@@ -626,7 +626,12 @@ func (g *Generic) inspectAll(ctx context.Context, pods []*podSnapshot) []inspect
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ts := g.clock.Now()
+			// The status is as old as the listing, not the inspection: it shows
+			// only the containers listed, so a container a sync created in
+			// between is missing, and a status stamped later would pass for
+			// newer than that sync (GetNewerThan) and have it create the
+			// container again. Upstream's inspection lists the pod anew.
+			ts := p.asOf
 			st, err := g.inspect(ctx, p)
 			if err != nil {
 				st, _ = g.cache.Get(p.uid)

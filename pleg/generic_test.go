@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -725,6 +726,58 @@ func TestRelistUnblocksWaiters(t *testing.T) {
 			t.Fatal("relist did not unblock GetNewerThan")
 		}
 	}
+}
+
+// syncAfterListing is a runtime whose first ListContainers runs sync once the
+// listing is taken: a pod worker's sync that lands between a relist's listing
+// and its inspection of the pod.
+type syncAfterListing struct {
+	Runtime
+	once sync.Once
+	sync func()
+}
+
+func (r *syncAfterListing) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	list, err := r.Runtime.ListContainers(ctx, filter)
+	r.once.Do(r.sync)
+	return list, err
+}
+
+// An inspection shows the containers of the listing before it: a container a
+// sync created after the listing is missing from it, so it must not count as
+// newer than that sync. If it did, the worker's next sync (GetNewerThan its
+// last one) would miss the container it created: create it again (the
+// runtime: AlreadyExists) and report it waiting, without allocatedResources.
+func TestInspectionIsNoNewerThanItsListing(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	sb := h.runPod("u")
+	var id string
+	var synced time.Time // the worker's lastSync
+	rt := &syncAfterListing{Runtime: h.cli, sync: func() {
+		h.clock.Step(time.Second)
+		id = h.createContainer(sb, "u", "app", 0, true)
+		synced = h.clock.Now()
+		h.clock.Step(time.Second) // the inspection starts after the sync ended
+	}}
+	g := NewGeneric(rt, h.cache, 0, 0, h.clock)
+	g.Relist(ctx)
+	if synced.IsZero() {
+		t.Fatal("the relist did not list containers")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if st, err := h.cache.GetNewerThan(wctx, "u", synced); err == nil {
+		t.Fatalf("a relist that listed before the sync gave a status newer than it, with containers %v", st.Containers)
+	}
+
+	h.clock.Step(time.Second)
+	g.Relist(ctx)
+	st, err := h.cache.GetNewerThan(ctx, "u", synced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContainers(t, st, id)
 }
 
 // A resize changes a running container's resources and nothing else: only a

@@ -310,7 +310,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		return Result{}, fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
 	}
 	m.initActuated(ctx, pod)
-	acts := ComputeActionsWithResize(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes, m.actuatedFor(pod.UID))
+	acts := ComputeActions(gatherFacts(pod, st, m.clock.Now(), m.backoff, m.cfg.Probes, m.actuatedFor(pod.UID)))
 	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),

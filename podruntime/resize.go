@@ -99,11 +99,11 @@ func (p *ResizePlan) add(name v1.ResourceName, u *ContainerResize, desired, curr
 // resizePolicy is RestartContainer), in which case it is put in
 // KillContainers and the caller starts it again; mayRestart false (a regular
 // init container, which validation keeps from RestartContainer) never asks it.
-func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.ContainerStatus, actuated ActuatedFunc, mayRestart bool) bool {
+func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.ContainerStatus, actuated map[string]v1.ResourceRequirements, mayRestart bool) bool {
 	if actuated == nil || prev.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return false
 	}
-	got, _ := actuated(c.Name)
+	got := actuated[c.Name]
 	desired, current := valuesOf(c.Resources), valuesOf(got)
 	if desired == current {
 		return false
@@ -142,12 +142,12 @@ func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.Containe
 
 // startingResized says whether a container about to (re)start last ran with
 // other resources than allocated: the pod cgroup must follow first.
-func startingResized(containers []v1.Container, start []int, actuated ActuatedFunc) bool {
+func startingResized(containers []v1.Container, start []int, actuated map[string]v1.ResourceRequirements) bool {
 	if actuated == nil {
 		return false
 	}
 	for _, i := range start {
-		got, _ := actuated(containers[i].Name)
+		got := actuated[containers[i].Name]
 		if valuesOf(containers[i].Resources) != valuesOf(got) {
 			return true
 		}

@@ -55,74 +55,79 @@ func defaultReadonlyPaths() []string {
 // ephemeral container, is the container whose process namespace it joins.
 func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, targetID, sandboxID string,
 	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*podstatus.Waiting, error) {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", c.Name)
-
 	imageRef, w, err := m.ensureImage(ctx, pod, c, sbCfg)
 	if err != nil || w != nil {
 		return w, err
 	}
+	cfg, next, err := m.prepareContainer(ctx, pod, st, c, imageRef, targetID, sbCfg, vols, podIPs)
+	if err != nil {
+		return m.configFailed(pod, err)
+	}
+	return m.runContainer(ctx, pod, c, cfg, next, sandboxID, sbCfg, podIPs)
+}
+
+// configError is a container that cannot be configured (its image's user, env,
+// mounts, devices, security context, a missing target): it waits with
+// CreateContainerConfigError and a Failed event, as upstream (configFailed).
+type configError struct {
+	doing string // what was being done, naming the container
+	err   error
+}
+
+func (e *configError) Error() string { return e.doing + ": " + e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// configErrorf is a configError while doing what format says.
+func configErrorf(err error, format string, args ...any) error {
+	return &configError{doing: fmt.Sprintf(format, args...), err: err}
+}
+
+// configFailed turns a configError into the container's waiting state and
+// its Failed event; any other error passes as is, with no waiting state.
+func (m *Manager) configFailed(pod *v1.Pod, err error) (*podstatus.Waiting, error) {
+	var ce *configError
+	if !errors.As(err, &ce) {
+		return nil, err
+	}
+	m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", ce.err)
+	return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: ce.err.Error()}, err
+}
+
+// prepareContainer builds the CRI config of the container's next instance and
+// records its resources as actuated. It fails with a configError, or with
+// errLeftoverBusy while an earlier instance is still being started.
+func (m *Manager) prepareContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, imageRef, targetID string,
+	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*runtimeapi.ContainerConfig, instanceNumbers, error) {
 	user, err := m.imageUserOf(ctx, c, imageRef)
 	if err == nil {
 		err = verifyRunAsNonRoot(pod, c, user.uid, user.username)
 	}
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("verifying runAsNonRoot of container %s: %w", c.Name, err)
+		return nil, instanceNumbers{}, configErrorf(err, "verifying runAsNonRoot of container %s", c.Name)
 	}
-
-	instances := instancesByName(st)[c.Name]
-	cutRemoved, logDirNext := false, 0
-	if len(instances) > 0 {
-		if prev := instances[0]; cri.StartWasCut(prev) {
-			// Never ran: a nodelet killed between CreateContainer and StartContainer
-			// left it created, or a nodelet or runtime crash cut its start off. It
-			// goes first and its replacement takes its place (it never ran: no
-			// restart), so the pod never has two instances of the container.
-			switch err := m.removeLeftover(ctx, pod, prev); {
-			case err == nil:
-				cutRemoved = true
-			case errors.Is(err, errLeftoverBusy):
-				return nil, err
-			default:
-				// The runtime will not let it go (containerd keeps a task a cut
-				// NewTask created after all: "cannot delete running task"). Waiting
-				// for it would keep the pod from ever starting: the replacement
-				// takes the next attempt instead, beside it, and still counts no restart.
-				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
-					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", prev.GetMetadata().GetAttempt(), "err", err)
-			}
-		}
-	} else if m.cfg.PodLogsDir != "" {
-		// No instance left in the runtime (never run, or removed): the count
-		// goes on from the logs earlier instances left, as upstream, so a new
-		// instance never writes into an old one's log.
-		logDirNext = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
+	next, err := m.nextInstanceOf(ctx, pod, st, c)
+	if err != nil {
+		return nil, next, err
 	}
-	next := nextInstance(instances, cutRemoved, logDirNext)
-	restartCount := next.RestartCount
 	node := m.node()
 	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
 		PodIPs: podIPs, HostIPs: node.HostIPs, NodeName: node.Name, NodeAllocatable: node.Allocatable,
 		MasterServiceNamespace: v1.NamespaceDefault,
 	})
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing env of container %s", c.Name)
 	}
 	mounts, err := m.mounts(ctx, pod, c, vols, envs, next.Attempt)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing mounts of container %s", c.Name)
 	}
 	devices, err := blockDevices(c, vols)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing devices of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing devices of container %s", c.Name)
 	}
 	linux, err := m.linuxContainerConfig(pod, c, sbCfg, targetID, user)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing the security context of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing the security context of container %s", c.Name)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(next.Attempt)},
@@ -143,21 +148,61 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.LabelPodUID:        string(pod.UID),
 			cri.LabelContainerName: c.Name,
 		},
-		Annotations: containerAnnotations(pod, c, restartCount),
+		Annotations: containerAnnotations(pod, c, next.RestartCount),
 		Linux:       linux,
 	}
 	if d := m.cfg.Devices; d != nil {
 		if err := d.ApplyDevices(ctx, pod, c, cfg); err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-			return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("adding the devices of container %s: %w", c.Name, err)
+			return nil, next, configErrorf(err, "adding the devices of container %s", c.Name)
 		}
 	}
 	// What the runtime is told at creation is what the container runs with:
 	// the baseline of its next resize.
 	if err := m.actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("recording the resources of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "recording the resources of container %s", c.Name)
 	}
+	return cfg, next, nil
+}
+
+// nextInstanceOf numbers the container's next instance, removing first an
+// instance whose start was cut off (it fails with errLeftoverBusy while the
+// runtime is still starting that one).
+func (m *Manager) nextInstanceOf(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container) (instanceNumbers, error) {
+	instances := instancesByName(st)[c.Name]
+	cutRemoved, logDirNext := false, 0
+	if len(instances) > 0 {
+		if prev := instances[0]; cri.StartWasCut(prev) {
+			// Never ran: a nodelet killed between CreateContainer and StartContainer
+			// left it created, or a nodelet or runtime crash cut its start off. It
+			// goes first and its replacement takes its place (it never ran: no
+			// restart), so the pod never has two instances of the container.
+			switch err := m.removeLeftover(ctx, pod, prev); {
+			case err == nil:
+				cutRemoved = true
+			case errors.Is(err, errLeftoverBusy):
+				return instanceNumbers{}, err
+			default:
+				// The runtime will not let it go (containerd keeps a task a cut
+				// NewTask created after all: "cannot delete running task"). Waiting
+				// for it would keep the pod from ever starting: the replacement
+				// takes the next attempt instead, beside it, and still counts no restart.
+				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
+					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", prev.GetMetadata().GetAttempt(), "err", err)
+			}
+		}
+	} else if m.cfg.PodLogsDir != "" {
+		// No instance left in the runtime (never run, or removed): the count
+		// goes on from the logs earlier instances left, as upstream, so a new
+		// instance never writes into an old one's log.
+		logDirNext = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
+	}
+	return nextInstance(instances, cutRemoved, logDirNext), nil
+}
+
+// runContainer creates and starts the container from cfg, then runs its
+// postStart hook; a failure moves its crash-loop back-off on.
+func (m *Manager) runContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig, next instanceNumbers,
+	sandboxID string, sbCfg *runtimeapi.PodSandboxConfig, podIPs []string) (*podstatus.Waiting, error) {
 	release, err := m.startSlots.acquire(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("waiting to create container %s: %w", c.Name, err)
@@ -177,12 +222,13 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 		return &podstatus.Waiting{Reason: "RunContainerError", Message: err.Error()}, fmt.Errorf("starting container %s: %w", c.Name, err)
 	}
-	if restartCount > 0 {
+	if next.RestartCount > 0 {
 		// Every restart moves the crash-loop back-off on (10s, 20s, ... up to the max).
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 	}
 	m.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
-	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount, "attempt", next.Attempt)
+	klog.FromContext(ctx).V(2).Info("Started container", "pod", klog.KObj(pod), "container", c.Name,
+		"containerID", id, "restartCount", next.RestartCount, "attempt", next.Attempt)
 	if err := m.runPostStart(ctx, pod, c, id, firstIP(podIPs)); err != nil {
 		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
 		return &podstatus.Waiting{Reason: "PostStartHookError", Message: err.Error()}, err

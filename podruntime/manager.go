@@ -515,9 +515,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		c := v1.Container(ec.EphemeralContainerCommon)
 		target, err := EphemeralTarget(ec, st)
 		if err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-			res.Waiting[c.Name] = podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
-			errs = append(errs, fmt.Errorf("starting ephemeral container %s: %w", c.Name, err))
+			w, err := m.configFailed(pod, configErrorf(err, "starting ephemeral container %s", c.Name))
+			res.Waiting[c.Name] = *w
+			errs = append(errs, err)
 			continue
 		}
 		if err := start(&c, target); err != nil {

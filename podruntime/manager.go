@@ -300,30 +300,93 @@ type Result struct {
 	ResizeDuration time.Duration
 }
 
-// SyncPod drives the runtime one step toward pod's spec.
+// SyncPod drives the runtime one step toward pod's spec. It decides once
+// (ComputeActions over the facts gathered first) and carries the plan out in
+// named steps, each ending the sync early when what follows cannot happen.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	// A pod on the pod network waits for the runtime's network, as upstream: its sandbox
-	// would have no network (or fail in CNI), and nothing else of it is acted on until then.
+	if err := m.checkNetwork(pod); err != nil {
+		return Result{}, err
+	}
+	s := m.plan(ctx, pod, st)
+	m.reportBackOffs(s)
+	if done, err := m.killForPlan(ctx, s); done || err != nil {
+		return s.res, err
+	}
+	if err := m.setUpVolumes(ctx, s); err != nil {
+		return s.res, err
+	}
+	m.resizeForPlan(ctx, s)
+	if !s.acts.CreateSandbox && len(s.acts.StartInit) == 0 && len(s.acts.StartContainers) == 0 && len(s.acts.StartEphemeral) == 0 {
+		return s.res, errors.Join(s.errs...)
+	}
+	if err := m.ensureSandbox(ctx, s); err != nil {
+		return s.res, err
+	}
+	if err := m.writeHostsFile(pod, s.podIPs); err != nil {
+		return s.res, err
+	}
+	m.startForPlan(ctx, s)
+	return s.res, errors.Join(s.errs...)
+}
+
+// podSync is one SyncPod's state, handed from step to step.
+type podSync struct {
+	pod    *v1.Pod
+	st     *pleg.PodStatus
+	logger klog.Logger
+	acts   Actions
+	res    Result
+	// errs are failures that do not end the sync (a resize, a container
+	// that holds up no other); SyncPod returns them joined.
+	errs []error
+	// Set by setUpVolumes and ensureSandbox, for the containers' starts.
+	vols      map[string]volumes.HostVolume
+	sandboxID string
+	sbCfg     *runtimeapi.PodSandboxConfig
+	podIPs    []string
+}
+
+// checkNetwork holds a pod on the pod network until the runtime's network is
+// ready, as upstream: its sandbox would have no network (or fail in CNI), and
+// nothing else of it is acted on until then.
+func (m *Manager) checkNetwork(pod *v1.Pod) error {
 	if nerr := m.node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
-		return Result{}, fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
+		return fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
 	}
+	return nil
+}
+
+// plan gathers the facts and decides the sync (ComputeActions).
+func (m *Manager) plan(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) *podSync {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	m.initActuated(ctx, pod)
 	acts := ComputeActions(gatherFacts(pod, st, m.clock.Now(), m.backoff, m.cfg.Probes, m.actuatedFor(pod.UID)))
-	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),
 		"resizeMemory", len(acts.Resize.Memory), "resizeCPU", len(acts.Resize.CPU), "resizePod", acts.Resize.UpdatePod)
+	return &podSync{
+		pod: pod, st: st, logger: logger, acts: acts,
+		res:       Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed},
+		sandboxID: acts.SandboxID,
+	}
+}
 
-	// A container held back by its crash-loop back-off gets upstream's BackOff warning on
-	// each sync that finds it so (the event recorder folds the repeats into a count).
-	for _, name := range slices.Sorted(maps.Keys(acts.Waiting)) {
-		if acts.Waiting[name].Reason == "CrashLoopBackOff" {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, pod.Name, pod.Namespace, pod.UID)
+// reportBackOffs gives a container held back by its crash-loop back-off
+// upstream's BackOff warning on each sync that finds it so (the event
+// recorder folds the repeats into a count).
+func (m *Manager) reportBackOffs(s *podSync) {
+	for _, name := range slices.Sorted(maps.Keys(s.acts.Waiting)) {
+		if s.acts.Waiting[name].Reason == "CrashLoopBackOff" {
+			m.recorder.Eventf(s.pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, s.pod.Name, s.pod.Namespace, s.pod.UID)
 		}
 	}
+}
 
+// killForPlan stops the containers the plan kills, then the pod when it
+// kills the pod; done means the sync ends there (the pod was only killed).
+func (m *Manager) killForPlan(ctx context.Context, s *podSync) (done bool, err error) {
+	pod, st, acts := s.pod, s.st, s.acts
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
 	killed := map[string]bool{}
@@ -332,83 +395,99 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if !ok {
 			continue
 		}
-		res.Changed = true
+		s.res.Changed = true
 		killed[c.Id] = true
-		logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
+		s.logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
 		var override *int64
 		if g, ok := acts.KillGrace[c.Id]; ok {
 			override = &g
 		}
 		if err := m.killContainer(ctx, pod, c, firstIP(m.podIPs(pod, st)), gracePeriod(pod, override), reason); err != nil {
-			return res, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
+			return true, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
 		}
 	}
-	if acts.KillPod {
-		if acts.CreateSandbox && len(st.Sandboxes) > 0 {
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
-		}
-		if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
-			return res, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
-		}
-		res.Changed = true
-		if !acts.CreateSandbox {
-			return res, nil
-		}
-		m.purgeInitContainers(ctx, pod, st)
+	if !acts.KillPod {
+		return false, nil
 	}
-	// Every sync sets the volumes up, not only the one that starts containers:
-	// as upstream's volume manager remounts on each pod sync, this is what
-	// brings changed configMaps, secrets, labels and annotations into running
-	// pods (periodic resyncs and pod updates). Unchanged content is not rewritten.
+	if acts.CreateSandbox && len(st.Sandboxes) > 0 {
+		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+	}
+	if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
+		return true, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
+	}
+	s.res.Changed = true
+	if !acts.CreateSandbox {
+		return true, nil
+	}
+	m.purgeInitContainers(ctx, pod, st)
+	return false, nil
+}
+
+// setUpVolumes sets the pod's volumes up. Every sync does, not only the one
+// that starts containers: as upstream's volume manager remounts on each pod
+// sync, this is what brings changed configMaps, secrets, labels and
+// annotations into running pods (periodic resyncs and pod updates).
+// Unchanged content is not rewritten.
+func (m *Manager) setUpVolumes(ctx context.Context, s *podSync) error {
+	pod := s.pod
 	vols, err := m.vols.SetUpPod(ctx, pod)
-	if err != nil {
-		if !volumes.OnlyKeptContent(err) {
-			// Claims that could not be processed get upstream's "Unable to
-			// attach or mount volumes" message; each other volume its own
-			// event, worded as upstream's operation executor words it
-			// ("MountVolume.SetUp failed for volume ...").
-			for _, e := range joined(err) {
-				var uv *volumes.UnprocessedVolumesError
-				if errors.As(e, &uv) {
-					m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
-					if len(uv.Unattached) > 0 {
-						// The attach/detach controller usually attaches within
-						// seconds: look again soon, as upstream's mount wait polls,
-						// not after the error back-off.
-						res.RequeueAfter = attachRecheck
-					}
-					continue
-				}
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
-			}
-			return res, fmt.Errorf("setting up volumes: %w", err)
-		}
-		// A refresh failed, the earlier content stays: the pod goes on, as
-		// upstream's does when a remount fails, and the next sync tries again.
+	s.vols = vols
+	if err == nil {
+		return nil
+	}
+	if !volumes.OnlyKeptContent(err) {
+		// Claims that could not be processed get upstream's "Unable to
+		// attach or mount volumes" message; each other volume its own
+		// event, worded as upstream's operation executor words it
+		// ("MountVolume.SetUp failed for volume ...").
 		for _, e := range joined(err) {
+			var uv *volumes.UnprocessedVolumesError
+			if errors.As(e, &uv) {
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
+				if len(uv.Unattached) > 0 {
+					// The attach/detach controller usually attaches within
+					// seconds: look again soon, as upstream's mount wait polls,
+					// not after the error back-off.
+					s.res.RequeueAfter = attachRecheck
+				}
+				continue
+			}
 			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 		}
-		logger.Error(err, "Refreshing volumes failed; their earlier content stays")
+		return fmt.Errorf("setting up volumes: %w", err)
 	}
-	// Resize before anything starts, as upstream: a container restarted for its
-	// resize starts in the resized pod cgroup.
-	var errs []error
-	if !acts.CreateSandbox && acts.Resize.Needed() {
-		res.Resized = true
-		start := m.clock.Now()
-		err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize)
-		res.ResizeDuration = m.clock.Since(start)
-		if err != nil {
-			logger.Error(err, "Resizing pod failed; the next sync tries again")
-			res.ResizeErr = err
-			errs = append(errs, fmt.Errorf("resizing pod: %w", err))
-		}
+	// A refresh failed, the earlier content stays: the pod goes on, as
+	// upstream's does when a remount fails, and the next sync tries again.
+	for _, e := range joined(err) {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 	}
-	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
-		return res, errors.Join(errs...)
-	}
+	s.logger.Error(err, "Refreshing volumes failed; their earlier content stays")
+	return nil
+}
 
-	sandboxID := acts.SandboxID
+// resizeForPlan resizes the pod in place before anything starts, as
+// upstream: a container restarted for its resize starts in the resized pod
+// cgroup. A failure does not end the sync; the next one tries again.
+func (m *Manager) resizeForPlan(ctx context.Context, s *podSync) {
+	if s.acts.CreateSandbox || !s.acts.Resize.Needed() {
+		return
+	}
+	s.res.Resized = true
+	start := m.clock.Now()
+	err := m.resizePod(ctx, s.pod, s.acts.SandboxID, s.acts.Resize)
+	s.res.ResizeDuration = m.clock.Since(start)
+	if err != nil {
+		s.logger.Error(err, "Resizing pod failed; the next sync tries again")
+		s.res.ResizeErr = err
+		s.errs = append(s.errs, fmt.Errorf("resizing pod: %w", err))
+	}
+}
+
+// ensureSandbox builds the sandbox config the containers start with and, when
+// the plan says so, creates the sandbox (its claims, log directory and pod
+// cgroup first); it sets the pod's IPs.
+func (m *Manager) ensureSandbox(ctx context.Context, s *podSync) error {
+	pod, st, acts := s.pod, s.st, s.acts
 	attempt := uint32(0)
 	if len(st.Sandboxes) > 0 {
 		attempt = st.Sandboxes[0].GetMetadata().GetAttempt()
@@ -421,8 +500,8 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		// whose claims cannot be prepared waits with this event.
 		if err := m.cfg.DynamicResources.PrepareResources(ctx, pod); err != nil {
 			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
-			logger.Error(err, "Failed to prepare dynamic resources")
-			return res, err
+			s.logger.Error(err, "Failed to prepare dynamic resources")
+			return err
 		}
 	}
 	handler, sbCfg, err := m.podSandboxConfig(ctx, pod, attempt)
@@ -432,114 +511,134 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		// existing sandbox fails with the error alone.
 		if acts.CreateSandbox {
 			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			return res, fmt.Errorf("%s: %w", errCreatePodSandbox, err)
+			return fmt.Errorf("%s: %w", errCreatePodSandbox, err)
 		}
-		return res, fmt.Errorf("%s: %w", errConfigPodSandbox, err)
+		return fmt.Errorf("%s: %w", errConfigPodSandbox, err)
 	}
-	podIPs := st.IPs
+	s.sbCfg = sbCfg
+	s.podIPs = st.IPs
 	if acts.CreateSandbox {
-		if err := os.MkdirAll(sbCfg.LogDirectory, 0o755); err != nil {
-			return res, fmt.Errorf("creating pod log directory: %w", err)
+		if err := m.createSandbox(ctx, s, handler, attempt); err != nil {
+			return err
 		}
-		if pc := m.cfg.PodCgroups; pc != nil {
-			if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
-				return res, fmt.Errorf("creating pod cgroup: %w", err)
-			}
-		}
-		if handler != "" {
-			logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
-		}
-		release, err := m.startSlots.acquire(ctx, false)
-		if err != nil {
-			return res, fmt.Errorf("waiting to create the pod sandbox: %w", err)
-		}
-		id, err := m.rt.RunPodSandbox(ctx, sbCfg, handler)
-		release()
-		if err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			return res, fmt.Errorf("creating pod sandbox: %w", err)
-		}
-		sandboxID = id
-		res.Changed = true
-		logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
-		resp, err := m.rt.PodSandboxStatus(ctx, id, false)
-		if err != nil {
-			return res, fmt.Errorf("reading status of new sandbox %s: %w", id, err)
-		}
-		podIPs = sandboxIPs(resp.GetStatus())
 	}
 	if pod.Spec.HostNetwork {
-		podIPs = m.node().HostIPs
+		s.podIPs = m.node().HostIPs
 	}
-	if err := m.writeHostsFile(pod, podIPs); err != nil {
-		return res, err
-	}
+	return nil
+}
 
-	imageVolumeFailures := m.pullImageVolumes(ctx, pod, vols, sbCfg)
-	start := func(c *v1.Container, targetID string) error {
-		if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
-			// As its own image would: the container waits with the pull's reason.
-			res.Waiting[c.Name] = f.waiting
-			if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-				res.RequeueAfter = d
-			}
-			return f.err
-		}
-		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
-		if errors.Is(err, errLeftoverBusy) {
-			// Not a failure: the runtime is still starting the earlier instance.
-			// No new one is made meanwhile; the pod is synced again shortly.
-			if res.RequeueAfter == 0 || leftoverRetry < res.RequeueAfter {
-				res.RequeueAfter = leftoverRetry
-			}
-			return nil
-		}
-		if w == nil && err == nil {
-			res.Changed = true
-		}
-		if w != nil {
-			res.Waiting[c.Name] = *w
-			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
-				if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-					res.RequeueAfter = d
-				}
-			}
-		}
-		return err
+// createSandbox runs the pod's new sandbox from s.sbCfg and reads its IPs.
+func (m *Manager) createSandbox(ctx context.Context, s *podSync, handler string, attempt uint32) error {
+	pod := s.pod
+	if err := os.MkdirAll(s.sbCfg.LogDirectory, 0o755); err != nil {
+		return fmt.Errorf("creating pod log directory: %w", err)
 	}
-	// Ephemeral containers first, as upstream: one that fails to start holds up
-	// no one, and an init container that fails does not keep the debugger out.
+	if pc := m.cfg.PodCgroups; pc != nil {
+		if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
+			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
+			return fmt.Errorf("creating pod cgroup: %w", err)
+		}
+	}
+	if handler != "" {
+		s.logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
+	}
+	release, err := m.startSlots.acquire(ctx, false)
+	if err != nil {
+		return fmt.Errorf("waiting to create the pod sandbox: %w", err)
+	}
+	id, err := m.rt.RunPodSandbox(ctx, s.sbCfg, handler)
+	release()
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		return fmt.Errorf("creating pod sandbox: %w", err)
+	}
+	s.sandboxID = id
+	s.res.Changed = true
+	s.logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
+	resp, err := m.rt.PodSandboxStatus(ctx, id, false)
+	if err != nil {
+		return fmt.Errorf("reading status of new sandbox %s: %w", id, err)
+	}
+	s.podIPs = sandboxIPs(resp.GetStatus())
+	return nil
+}
+
+// startForPlan starts the plan's containers: ephemeral ones first, as
+// upstream (one that fails to start holds up no one, and an init container
+// that fails does not keep the debugger out), then init containers in order
+// (nothing after a regular one that failed), then app containers.
+func (m *Manager) startForPlan(ctx context.Context, s *podSync) {
+	pod, acts := s.pod, s.acts
+	imageVolumeFailures := m.pullImageVolumes(ctx, pod, s.vols, s.sbCfg)
+	start := func(c *v1.Container, targetID string) error {
+		return m.startOne(ctx, s, c, targetID, imageVolumeFailures)
+	}
 	for _, i := range acts.StartEphemeral {
 		ec := &pod.Spec.EphemeralContainers[i]
 		c := v1.Container(ec.EphemeralContainerCommon)
-		target, err := EphemeralTarget(ec, st)
+		target, err := EphemeralTarget(ec, s.st)
 		if err != nil {
 			w, err := m.configFailed(pod, configErrorf(err, "starting ephemeral container %s", c.Name))
-			res.Waiting[c.Name] = *w
-			errs = append(errs, err)
+			s.res.Waiting[c.Name] = *w
+			s.errs = append(s.errs, err)
 			continue
 		}
 		if err := start(&c, target); err != nil {
-			errs = append(errs, err)
+			s.errs = append(s.errs, err)
 		}
 	}
 	for _, i := range acts.StartInit {
 		c := &pod.Spec.InitContainers[i]
 		if err := start(c, ""); err != nil {
+			s.errs = append(s.errs, err)
 			if !podutil.IsRestartableInitContainer(c) {
 				// Nothing after an init container may start before it succeeded.
-				return res, errors.Join(append(errs, err)...)
+				return
 			}
-			errs = append(errs, err) // a sidecar that failed to start holds up no one
+			// A sidecar that failed to start holds up no one.
 		}
 	}
 	for _, i := range acts.StartContainers {
 		if err := start(&pod.Spec.Containers[i], ""); err != nil {
-			errs = append(errs, err)
+			s.errs = append(s.errs, err)
 		}
 	}
-	return res, errors.Join(errs...)
+}
+
+// startOne starts container c and records in s.res what came of it: its
+// waiting state, a requeue for its image's back-off or a busy leftover.
+func (m *Manager) startOne(ctx context.Context, s *podSync, c *v1.Container, targetID string, imageVolumeFailures map[string]imageVolumeFailure) error {
+	pod, res := s.pod, &s.res
+	if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
+		// As its own image would: the container waits with the pull's reason.
+		res.Waiting[c.Name] = f.waiting
+		if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+			res.RequeueAfter = d
+		}
+		return f.err
+	}
+	w, err := m.startContainer(ctx, pod, s.st, c, targetID, s.sandboxID, s.sbCfg, s.vols, s.podIPs)
+	if errors.Is(err, errLeftoverBusy) {
+		// Not a failure: the runtime is still starting the earlier instance.
+		// No new one is made meanwhile; the pod is synced again shortly.
+		if res.RequeueAfter == 0 || leftoverRetry < res.RequeueAfter {
+			res.RequeueAfter = leftoverRetry
+		}
+		return nil
+	}
+	if w == nil && err == nil {
+		res.Changed = true
+	}
+	if w != nil {
+		res.Waiting[c.Name] = *w
+		if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
+			if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				res.RequeueAfter = d
+			}
+		}
+	}
+	return err
 }
 
 // purgeInitContainers removes every init container of the pod before its new

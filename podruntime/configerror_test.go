@@ -14,7 +14,7 @@ import (
 // state and no event.
 func TestConfigFailed(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	m := &Manager{recorder: rec}
+	m := &Manager{deps: Deps{Recorder: rec}}
 	pod := testPod("Always", "app")
 	cause := errors.New(`secret "s" not found`)
 	w, err := m.configFailed(pod, fmt.Errorf("syncing: %w", configErrorf(cause, "computing env of container %s", "app")))

@@ -147,7 +147,7 @@ func (f fakeHooks) RunHook(ctx context.Context, _ clock.Clock, _ *v1.Pod, t prob
 
 func hookManager(rt Runtime, hooks Hooks, clk clock.Clock) (*Manager, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(100)
-	m := New(Config{Hooks: hooks}, rt, nil, nil, nil, func() NodeFacts { return NodeFacts{} }, rec, clk)
+	m := New(Config{}, Deps{Runtime: rt, Node: func() NodeFacts { return NodeFacts{} }, Recorder: rec, Clock: clk, Hooks: hooks})
 	return m, rec
 }
 

@@ -1,5 +1,3 @@
-// Package podruntime drives the container runtime toward a pod's spec: it decides
-// what to do (ComputeActions, a pure function) and does it over CRI.
 package podruntime
 
 import (
@@ -83,7 +81,8 @@ type NodeFacts struct {
 // networkNotReadyMsg is upstream's NetworkNotReadyErrorMsg.
 const networkNotReadyMsg = "network is not ready"
 
-// Config holds the node-wide settings podruntime applies to every pod.
+// Config holds the node-wide settings podruntime applies to every pod: plain
+// values, resolved by the caller. The collaborators are in Deps.
 type Config struct {
 	RootDir       string
 	PodLogsDir    string
@@ -103,12 +102,32 @@ type Config struct {
 	// (and backs off), as upstream. 0 QPS means no limit.
 	RegistryPullQPS float64
 	RegistryBurst   int
-	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
-	CgroupParentFunc func(pod *v1.Pod) string
 	// CrashLoopBackOffMax caps the restart back-off (default 5m).
 	CrashLoopBackOffMax time.Duration
 	// Resources says how container limits, OOM scores and swap are computed.
 	Resources cgroups.ResourceOptions
+	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
+	// pod and container ask for no seccomp profile get RuntimeDefault.
+	SeccompDefault bool
+	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
+	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
+	ImageVolumeSupport error
+}
+
+// Deps are the manager's collaborators: the first seven it needs, the others
+// are optional (nil turns their feature off, as each says).
+type Deps struct {
+	Runtime Runtime
+	Images  Images
+	Volumes Volumes
+	Env     envvars.Sources
+	// Node describes the node now (its IPs, allocatable, network readiness).
+	Node func() NodeFacts
+	// Recorder may be a record.FakeRecorder or one that drops events.
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
+	CgroupParent func(pod *v1.Pod) string
 	// PodCgroups, when set, creates each pod's cgroup before its sandbox.
 	PodCgroups PodCgroups
 	// Hooks, when set, runs postStart and preStop handlers.
@@ -119,15 +138,9 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
-	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
-	// pod and container ask for no seccomp profile get RuntimeDefault.
-	SeccompDefault bool
 	// CredentialProviders, when set, are the image credential provider
 	// plugins asked for registry credentials after the pod's pull secrets.
 	CredentialProviders CredentialProviders
-	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
-	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
-	ImageVolumeSupport error
 	// RuntimeClasses, when set, resolves runtimeClassName to the runtime
 	// handler; unset (no API server), every pod gets the default handler, as
 	// upstream's kubelet without a client.
@@ -215,26 +228,18 @@ type PodCgroups interface {
 	EnsurePodCgroup(ctx context.Context, pod *v1.Pod) error
 }
 
-// CgroupParent returns the cgroup parent for pod, or "".
-func (c Config) CgroupParent(pod *v1.Pod) string {
-	if c.CgroupParentFunc == nil {
+// cgroupParent returns the cgroup parent for pod, or "".
+func (m *Manager) cgroupParent(pod *v1.Pod) string {
+	if m.deps.CgroupParent == nil {
 		return ""
 	}
-	return c.CgroupParentFunc(pod)
+	return m.deps.CgroupParent(pod)
 }
 
 // Manager runs pods on a CRI runtime.
 type Manager struct {
-	cfg      Config
-	rt       Runtime
-	img      Images
-	vols     Volumes
-	env      envvars.Sources
-	node     func() NodeFacts
-	recorder record.EventRecorder
-	clock    clock.Clock
-
-	actuated Actuated
+	cfg  Config
+	deps Deps
 
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
@@ -243,8 +248,8 @@ type Manager struct {
 	pullLimiter  flowcontrol.RateLimiter // nil: registryPullQPS 0, no limit
 }
 
-// New returns a Manager. recorder may be a record.FakeRecorder or one that drops events.
-func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, node func() NodeFacts, recorder record.EventRecorder, clk clock.Clock) *Manager {
+// New returns a Manager.
+func New(cfg Config, deps Deps) *Manager {
 	if cfg.CrashLoopBackOffMax == 0 {
 		cfg.CrashLoopBackOffMax = 5 * time.Minute
 	}
@@ -255,12 +260,12 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 	if initial > cfg.CrashLoopBackOffMax {
 		initial = cfg.CrashLoopBackOffMax
 	}
-	var actuated Actuated = allocation.NewMemoryState()
-	if cfg.Actuated != nil {
-		actuated = cfg.Actuated
+	if deps.Actuated == nil {
+		deps.Actuated = allocation.NewMemoryState()
 	}
+	clk := deps.Clock
 	return &Manager{
-		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk, actuated: actuated,
+		cfg: cfg, deps: deps,
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
@@ -350,8 +355,8 @@ type podSync struct {
 // ready, as upstream: its sandbox would have no network (or fail in CNI), and
 // nothing else of it is acted on until then.
 func (m *Manager) checkNetwork(pod *v1.Pod) error {
-	if nerr := m.node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
+	if nerr := m.deps.Node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
 		return fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
 	}
 	return nil
@@ -361,7 +366,7 @@ func (m *Manager) checkNetwork(pod *v1.Pod) error {
 func (m *Manager) plan(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) *podSync {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	m.initActuated(ctx, pod)
-	acts := ComputeActions(gatherFacts(pod, st, m.clock.Now(), m.backoff, m.cfg.Probes, m.actuatedFor(pod.UID)))
+	acts := ComputeActions(gatherFacts(pod, st, m.deps.Clock.Now(), m.backoff, m.deps.Probes, m.actuatedFor(pod.UID)))
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),
 		"resizeMemory", len(acts.Resize.Memory), "resizeCPU", len(acts.Resize.CPU), "resizePod", acts.Resize.UpdatePod)
@@ -378,7 +383,7 @@ func (m *Manager) plan(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) *po
 func (m *Manager) reportBackOffs(s *podSync) {
 	for _, name := range slices.Sorted(maps.Keys(s.acts.Waiting)) {
 		if s.acts.Waiting[name].Reason == "CrashLoopBackOff" {
-			m.recorder.Eventf(s.pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, s.pod.Name, s.pod.Namespace, s.pod.UID)
+			m.deps.Recorder.Eventf(s.pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, s.pod.Name, s.pod.Namespace, s.pod.UID)
 		}
 	}
 }
@@ -410,7 +415,7 @@ func (m *Manager) killForPlan(ctx context.Context, s *podSync) (done bool, err e
 		return false, nil
 	}
 	if acts.CreateSandbox && len(st.Sandboxes) > 0 {
-		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+		m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
 	if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
 		return true, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
@@ -430,7 +435,7 @@ func (m *Manager) killForPlan(ctx context.Context, s *podSync) (done bool, err e
 // Unchanged content is not rewritten.
 func (m *Manager) setUpVolumes(ctx context.Context, s *podSync) error {
 	pod := s.pod
-	vols, err := m.vols.SetUpPod(ctx, pod)
+	vols, err := m.deps.Volumes.SetUpPod(ctx, pod)
 	s.vols = vols
 	if err == nil {
 		return nil
@@ -443,7 +448,7 @@ func (m *Manager) setUpVolumes(ctx context.Context, s *podSync) error {
 		for _, e := range joined(err) {
 			var uv *volumes.UnprocessedVolumesError
 			if errors.As(e, &uv) {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
+				m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
 				if len(uv.Unattached) > 0 {
 					// The attach/detach controller usually attaches within
 					// seconds: look again soon, as upstream's mount wait polls,
@@ -452,14 +457,14 @@ func (m *Manager) setUpVolumes(ctx context.Context, s *podSync) error {
 				}
 				continue
 			}
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 		}
 		return fmt.Errorf("setting up volumes: %w", err)
 	}
 	// A refresh failed, the earlier content stays: the pod goes on, as
 	// upstream's does when a remount fails, and the next sync tries again.
 	for _, e := range joined(err) {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
 	}
 	s.logger.Error(err, "Refreshing volumes failed; their earlier content stays")
 	return nil
@@ -473,9 +478,9 @@ func (m *Manager) resizeForPlan(ctx context.Context, s *podSync) {
 		return
 	}
 	s.res.Resized = true
-	start := m.clock.Now()
+	start := m.deps.Clock.Now()
 	err := m.resizePod(ctx, s.pod, s.acts.SandboxID, s.acts.Resize)
-	s.res.ResizeDuration = m.clock.Since(start)
+	s.res.ResizeDuration = m.deps.Clock.Since(start)
 	if err != nil {
 		s.logger.Error(err, "Resizing pod failed; the next sync tries again")
 		s.res.ResizeErr = err
@@ -495,11 +500,11 @@ func (m *Manager) ensureSandbox(ctx context.Context, s *podSync) error {
 	if acts.CreateSandbox {
 		attempt = acts.Attempt
 	}
-	if acts.CreateSandbox && m.cfg.DynamicResources != nil {
+	if acts.CreateSandbox && m.deps.DynamicResources != nil {
 		// As upstream: the claims are prepared before the sandbox, and a pod
 		// whose claims cannot be prepared waits with this event.
-		if err := m.cfg.DynamicResources.PrepareResources(ctx, pod); err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
+		if err := m.deps.DynamicResources.PrepareResources(ctx, pod); err != nil {
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
 			s.logger.Error(err, "Failed to prepare dynamic resources")
 			return err
 		}
@@ -510,7 +515,7 @@ func (m *Manager) ensureSandbox(ctx context.Context, s *podSync) error {
 		// stays Pending and is synced again; starting containers in an
 		// existing sandbox fails with the error alone.
 		if acts.CreateSandbox {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 			return fmt.Errorf("%s: %w", errCreatePodSandbox, err)
 		}
 		return fmt.Errorf("%s: %w", errConfigPodSandbox, err)
@@ -523,7 +528,7 @@ func (m *Manager) ensureSandbox(ctx context.Context, s *podSync) error {
 		}
 	}
 	if pod.Spec.HostNetwork {
-		s.podIPs = m.node().HostIPs
+		s.podIPs = m.deps.Node().HostIPs
 	}
 	return nil
 }
@@ -534,9 +539,9 @@ func (m *Manager) createSandbox(ctx context.Context, s *podSync, handler string,
 	if err := os.MkdirAll(s.sbCfg.LogDirectory, 0o755); err != nil {
 		return fmt.Errorf("creating pod log directory: %w", err)
 	}
-	if pc := m.cfg.PodCgroups; pc != nil {
+	if pc := m.deps.PodCgroups; pc != nil {
 		if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
 			return fmt.Errorf("creating pod cgroup: %w", err)
 		}
 	}
@@ -547,16 +552,16 @@ func (m *Manager) createSandbox(ctx context.Context, s *podSync, handler string,
 	if err != nil {
 		return fmt.Errorf("waiting to create the pod sandbox: %w", err)
 	}
-	id, err := m.rt.RunPodSandbox(ctx, s.sbCfg, handler)
+	id, err := m.deps.Runtime.RunPodSandbox(ctx, s.sbCfg, handler)
 	release()
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 		return fmt.Errorf("creating pod sandbox: %w", err)
 	}
 	s.sandboxID = id
 	s.res.Changed = true
 	s.logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
-	resp, err := m.rt.PodSandboxStatus(ctx, id, false)
+	resp, err := m.deps.Runtime.PodSandboxStatus(ctx, id, false)
 	if err != nil {
 		return fmt.Errorf("reading status of new sandbox %s: %w", id, err)
 	}
@@ -654,7 +659,7 @@ func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, st *pleg
 		if !inits[containerName(c)] {
 			continue
 		}
-		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
 			klog.FromContext(ctx).Error(err, "Removing init container before recreating the sandbox", "pod", klog.KObj(pod), "containerID", c.Id)
 		}
 	}
@@ -684,7 +689,7 @@ const (
 // what that handler supports.
 func (m *Manager) podSandboxConfig(ctx context.Context, pod *v1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	handler := ""
-	if rc := m.cfg.RuntimeClasses; rc != nil {
+	if rc := m.deps.RuntimeClasses; rc != nil {
 		h, err := rc.LookupRuntimeHandler(ctx, pod.Spec.RuntimeClassName)
 		if err != nil {
 			return "", nil, err
@@ -707,8 +712,8 @@ func (m *Manager) podSandboxConfig(ctx context.Context, pod *v1.Pod, attempt uin
 // when there is no manager, which then refuses hostUsers: false rather than
 // run the pod in the host user namespace.
 func (m *Manager) userNamespace(pod *v1.Pod, handler string) (*runtimeapi.UserNamespace, error) {
-	if m.cfg.UserNamespaces != nil {
-		return m.cfg.UserNamespaces.GetOrCreateUserNamespaceMappings(pod, handler)
+	if m.deps.UserNamespaces != nil {
+		return m.deps.UserNamespaces.GetOrCreateUserNamespaceMappings(pod, handler)
 	}
 	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
 		return nil, errors.New("can't set `spec.hostUsers: false`: nodelet has no user namespace manager")
@@ -758,7 +763,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 
 func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64, skip map[string]bool) error {
 	grace := gracePeriod(pod, graceOverride)
-	start := m.clock.Now()
+	start := m.deps.Clock.Now()
 	podIP := firstIP(m.podIPs(pod, st))
 	sidecarOrder := map[string]int{}
 	for i := range pod.Spec.InitContainers {
@@ -796,7 +801,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 	}
 	wg.Wait()
 	for _, c := range sidecars {
-		left := grace - int64(m.clock.Since(start).Seconds())
+		left := grace - int64(m.deps.Clock.Since(start).Seconds())
 		if left < minimumGracePeriod {
 			left = minimumGracePeriod
 		}
@@ -808,7 +813,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 		if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
 			continue
 		}
-		if err := m.rt.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("stopping sandbox %s: %w", sb.Id, err))
 		}
 	}
@@ -818,7 +823,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 // podIPs are the addresses hooks reach the pod at: the node's for host-network pods.
 func (m *Manager) podIPs(pod *v1.Pod, st *pleg.PodStatus) []string {
 	if pod.Spec.HostNetwork {
-		return m.node().HostIPs
+		return m.deps.Node().HostIPs
 	}
 	return st.IPs
 }
@@ -833,30 +838,30 @@ func firstIP(ips []string) string {
 // RemovePod removes every container and sandbox of a pod that is gone for good,
 // plus its log directory and pod directory (after volumes were torn down).
 func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error {
-	if m.cfg.CPUs != nil {
-		m.cfg.CPUs.RemovePod(ctx, uid)
+	if m.deps.CPUs != nil {
+		m.deps.CPUs.RemovePod(ctx, uid)
 	}
-	if m.cfg.Memory != nil {
-		m.cfg.Memory.RemovePod(ctx, uid)
+	if m.deps.Memory != nil {
+		m.deps.Memory.RemovePod(ctx, uid)
 	}
 	var errs []error
 	for _, c := range st.Containers {
-		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.Id, err))
 		}
 	}
 	for _, sb := range st.Sandboxes {
-		if err := m.rt.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
 	}
-	if m.cfg.UserNamespaces != nil && len(errs) == 0 {
+	if m.deps.UserNamespaces != nil && len(errs) == 0 {
 		// Nothing of the pod is left in the runtime, so its host IDs may go
 		// to another pod. Its file is in the pod directory, which goes below.
-		m.cfg.UserNamespaces.Release(ctx, uid)
+		m.deps.UserNamespaces.Release(ctx, uid)
 	}
-	m.actuated.RemovePod(uid)
-	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
+	m.deps.Actuated.RemovePod(uid)
+	if err := m.deps.Volumes.TearDownSubPaths(ctx, uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}
 	if logDir != "" {

@@ -594,7 +594,6 @@ func (b *builder) podPipeline(ctx context.Context, c connections, n nodeParts, r
 	}
 	run := b.set.Runtime
 	p.runtimeMgr = podruntime.New(podruntime.Config{
-		RuntimeClasses:        runtimeClassLookup,
 		RootDir:               opts.RootDir,
 		PodLogsDir:            kc.PodLogsDir,
 		ClusterDNS:            kc.ClusterDNS,
@@ -608,13 +607,16 @@ func (b *builder) podPipeline(ctx context.Context, c connections, n nodeParts, r
 		RegistryBurst:       run.RegistryBurst,
 		CrashLoopBackOffMax: run.CrashLoopBackOffMax,
 		Resources:           r.cg.resources,
-		CgroupParentFunc:    r.cg.cgroupParent,
+		SeccompDefault:      run.SeccompDefault,
+		ImageVolumeSupport:  imageVolumes,
+	}, podruntime.Deps{
+		Runtime: c.rt, Images: c.rt, Volumes: in.vols, Env: in.envSrc, Node: n.facts, Recorder: c.recorder, Clock: clk,
+		RuntimeClasses:      runtimeClassLookup,
+		CgroupParent:        r.cg.cgroupParent,
 		PodCgroups:          r.podCgroups,
 		Hooks:               in.probes.hooks,
 		Probes:              in.probes.mgr,
 		PullRecords:         in.pullRecords,
-		SeccompDefault:      run.SeccompDefault,
-		ImageVolumeSupport:  imageVolumes,
 		CredentialProviders: in.credProviders,
 		UserNamespaces:      in.usernsMgr,
 		Actuated:            r.actuated,
@@ -623,7 +625,7 @@ func (b *builder) podPipeline(ctx context.Context, c connections, n nodeParts, r
 		Memory:              r.memory,
 		Devices:             containerDevices{n.devices, in.draMgr},
 		DynamicResources:    in.draMgr,
-	}, c.rt, c.rt, in.vols, in.envSrc, n.facts, c.recorder, clk)
+	})
 
 	sysctls, err := sysctlAllowlist(kc, n.ctl.MachineInfo().KernelVersion)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/nodelet/nodelet/podstatus"
 )
 
-// Actions is what one sync of a pod must do. ComputeActions derives it from the
-// spec and the runtime's state alone, so every decision is testable without a runtime.
+// Actions is the plan of one sync of a pod: what it must do. ComputeActions
+// derives it from Facts alone, so every decision is testable without a runtime.
 type Actions struct {
 	// KillPod stops every container and sandbox of the pod first.
 	KillPod bool
@@ -50,15 +50,37 @@ type Actions struct {
 	Resize ResizePlan
 }
 
+// Facts are what one sync decides from, gathered from the runtime, the
+// back-off, the prober and the actuated resources before ComputeActions runs
+// (gatherFacts). Plain values: the decision calls nothing out.
+type Facts struct {
+	Pod    *v1.Pod
+	Status *pleg.PodStatus
+	Now    time.Time
+	// Backoff holds, by container name, the crash-loop back-off period of each
+	// exited container still in its back-off since it finished; absent: none.
+	Backoff map[string]time.Duration
+	// Probes are the prober's verdicts on running containers, by container ID;
+	// absent: healthy and started (or no prober).
+	Probes map[string]ProbeVerdict
+	// Actuated are the resources the runtime was told of each container, by
+	// name (in-place resize); nil resizes nothing.
+	Actuated map[string]v1.ResourceRequirements
+}
+
+// ProbeVerdict is what the prober says of one running container.
+type ProbeVerdict struct {
+	// Failed names the probe it failed and must be killed for ("liveness",
+	// "startup"); "" when none.
+	Failed string
+	// NotStarted means its startup probe has not passed yet.
+	NotStarted bool
+}
+
 // BackoffChecker answers whether a container is still in its restart back-off.
 type BackoffChecker interface {
 	IsInBackOffSince(id string, eventTime time.Time) bool
 	Get(id string) time.Duration
-}
-
-// ComputeActions decides what to do for pod given its runtime status.
-func ComputeActions(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time) Actions {
-	return ComputeActionsWithProbes(pod, st, backoff, now, nil)
 }
 
 // ProbeResults reports probe verdicts of running containers.
@@ -70,23 +92,72 @@ type ProbeResults interface {
 	Started(podUID types.UID, container, containerID string) bool
 }
 
+// gatherFacts reads what ComputeActions decides from: the back-off of the
+// pod's exited containers, the probe verdicts of its running ones and their
+// actuated resources. backoff, probes and actuated may each be nil (no
+// back-off, no prober, no resize).
+func gatherFacts(pod *v1.Pod, st *pleg.PodStatus, now time.Time, backoff BackoffChecker, probes ProbeResults, actuated ActuatedFunc) Facts {
+	f := Facts{Pod: pod, Status: st, Now: now}
+	byName := latestByName(st)
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			if actuated != nil {
+				if f.Actuated == nil {
+					f.Actuated = map[string]v1.ResourceRequirements{}
+				}
+				if r, ok := actuated(c.Name); ok {
+					f.Actuated[c.Name] = r
+				}
+			}
+			prev := byName[c.Name]
+			if prev == nil {
+				continue
+			}
+			if backoff != nil && prev.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+				key := BackoffKey(pod, c)
+				if backoff.IsInBackOffSince(key, finishedAt(prev, now)) {
+					if f.Backoff == nil {
+						f.Backoff = map[string]time.Duration{}
+					}
+					f.Backoff[c.Name] = backoff.Get(key)
+				}
+			}
+			if probes != nil && prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				var v ProbeVerdict
+				if probe, bad := probes.Unhealthy(prev.Id); bad {
+					v.Failed = probe
+				}
+				v.NotStarted = !probes.Started(pod.UID, c.Name, prev.Id)
+				if v != (ProbeVerdict{}) {
+					if f.Probes == nil {
+						f.Probes = map[string]ProbeVerdict{}
+					}
+					f.Probes[prev.Id] = v
+				}
+			}
+		}
+	}
+	if actuated != nil && f.Actuated == nil {
+		f.Actuated = map[string]v1.ResourceRequirements{} // a pod without containers
+	}
+	return f
+}
+
 // unknownState is how upstream names CONTAINER_UNKNOWN in its kill messages.
 const unknownState = "unknown"
 
-// ComputeActionsWithProbes is ComputeActions where containers that failed a
-// liveness or startup probe are killed (and restarted on a later sync, by the
-// restart policy and back-off, once the runtime reports them dead), and an init
-// container after a sidecar waits until the sidecar has started. probes may be nil.
-func ComputeActionsWithProbes(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults) Actions {
-	return ComputeActionsWithResize(pod, st, backoff, now, probes, nil)
-}
-
-// ComputeActionsWithResize is ComputeActionsWithProbes for a pod carrying its
-// allocated resources: a running container whose actuated resources (what
-// the runtime was told) differ is resized in place (Actions.Resize), or
-// killed and started again when its resizePolicy asks (a restart counts as
-// the container being wanted). actuated nil resizes nothing.
-func ComputeActionsWithResize(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) Actions {
+// ComputeActions decides what one sync of f.Pod does given its runtime status:
+// a new sandbox, or the init and app containers to start and kill within the
+// existing one. Containers that failed a liveness or startup probe are killed
+// (and restarted on a later sync, by the restart policy and back-off, once the
+// runtime reports them dead), and an init container after a sidecar waits
+// until the sidecar has started. With f.Actuated, a running container whose
+// actuated resources (what the runtime was told) differ from its allocated
+// ones is resized in place (Actions.Resize), or killed and started again when
+// its resizePolicy asks (a restart counts as the container being wanted).
+func ComputeActions(f Facts) Actions {
+	pod, st := f.Pod, f.Status
 	a := Actions{KillContainers: map[string]string{}, KillGrace: map[string]int64{}, Waiting: map[string]podstatus.Waiting{}}
 	byName := latestByName(st)
 	if changed, attempt := sandboxChanged(pod, st); changed {
@@ -94,14 +165,14 @@ func ComputeActionsWithResize(pod *v1.Pod, st *pleg.PodStatus, backoff BackoffCh
 		return a
 	}
 	a.SandboxID = st.Sandboxes[0].Id
-	if initialized := a.initActions(pod, byName, backoff, now, probes, actuated); initialized && !a.KillPod {
-		a.appActions(pod, byName, backoff, now, probes, actuated)
+	if initialized := a.initActions(f, byName); initialized && !a.KillPod {
+		a.appActions(f, byName)
 	}
 	if !a.KillPod && !a.Resize.UpdatePod {
 		// A container (re)starting with other resources than it ran with needs the
 		// pod cgroup resized first.
-		a.Resize.UpdatePod = startingResized(pod.Spec.InitContainers, a.StartInit, actuated) ||
-			startingResized(pod.Spec.Containers, a.StartContainers, actuated)
+		a.Resize.UpdatePod = startingResized(pod.Spec.InitContainers, a.StartInit, f.Actuated) ||
+			startingResized(pod.Spec.Containers, a.StartContainers, f.Actuated)
 	}
 	if a.KillPod {
 		a.Resize = ResizePlan{}
@@ -186,7 +257,8 @@ func (a *Actions) newSandbox(pod *v1.Pod, st *pleg.PodStatus, byName map[string]
 // upstream it walks the init containers from the last one: completed ones may
 // have been garbage collected, so the last one with a status tells how far
 // initialization got.
-func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) bool {
+func (a *Actions) initActions(f Facts, byName map[string]*runtimeapi.ContainerStatus) bool {
+	pod := f.Pod
 	inits := pod.Spec.InitContainers
 	if len(inits) == 0 {
 		return true
@@ -228,11 +300,11 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 		case prev.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
 			if !sidecar {
 				// Wait for it to finish; its resources may change meanwhile, in place.
-				a.planContainerResize(c, prev, actuated, false)
+				a.planContainerResize(c, prev, f.Actuated, false)
 				break
 			}
-			if c.StartupProbe != nil && probes != nil && !probes.Started(pod.UID, c.Name, prev.Id) {
-				if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
+			if c.StartupProbe != nil && f.Probes[prev.Id].NotStarted {
+				if msg, bad := a.probeKill(f, c, prev, true); bad {
 					a.KillContainers[prev.Id] = msg
 				}
 				break // what follows a sidecar starts once the sidecar has started
@@ -245,15 +317,15 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 			if hashChanged(hashOf(prev), c) {
 				a.KillContainers[prev.Id] = fmt.Sprintf("Init container %s definition changed", c.Name)
 				start = append(start, i)
-			} else if msg, bad := a.probeKill(pod, c, prev, probes, true); bad {
+			} else if msg, bad := a.probeKill(f, c, prev, true); bad {
 				a.KillContainers[prev.Id] = msg
-			} else if a.planContainerResize(c, prev, actuated, true) {
+			} else if a.planContainerResize(c, prev, f.Actuated, true) {
 				start = append(start, i)
 			}
 		case prev.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			if sidecar {
 				// An exited sidecar restarts whatever the pod's restart policy.
-				if a.startOrBackoff(pod, c, prev, backoff, now) {
+				if a.startOrBackoff(f, c, prev) {
 					start = append(start, i)
 				}
 				break
@@ -263,7 +335,7 @@ func (a *Actions) initActions(pod *v1.Pod, byName map[string]*runtimeapi.Contain
 					a.failInit()
 					return false
 				}
-				if a.startOrBackoff(pod, c, prev, backoff, now) {
+				if a.startOrBackoff(f, c, prev) {
 					start = append(start, i)
 				}
 				break
@@ -300,7 +372,8 @@ func (a *Actions) failInit() {
 }
 
 // appActions decides the app containers' part of a sync of an initialized pod.
-func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time, probes ProbeResults, actuated ActuatedFunc) {
+func (a *Actions) appActions(f Facts, byName map[string]*runtimeapi.ContainerStatus) {
+	pod := f.Pod
 	keep, wanted := 0, 0
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
@@ -320,7 +393,7 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 				wanted++
 				continue
 			}
-			if msg, bad := a.probeKill(pod, c, prev, probes, false); bad {
+			if msg, bad := a.probeKill(f, c, prev, false); bad {
 				a.KillContainers[prev.Id] = msg
 				// It restarts on the next sync through the usual restart policy and back-off.
 				if podutil.RestartsAfterKill(&pod.Spec, c) {
@@ -328,7 +401,7 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 				}
 				continue
 			}
-			if a.planContainerResize(c, prev, actuated, true) {
+			if a.planContainerResize(c, prev, f.Actuated, true) {
 				a.StartContainers = append(a.StartContainers, i)
 				wanted++
 				continue
@@ -339,7 +412,7 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 				continue
 			}
 			wanted++
-			if a.startOrBackoff(pod, c, prev, backoff, now) {
+			if a.startOrBackoff(f, c, prev) {
 				a.StartContainers = append(a.StartContainers, i)
 			}
 		default:
@@ -359,12 +432,9 @@ func (a *Actions) appActions(pod *v1.Pod, byName map[string]*runtimeapi.Containe
 
 // probeKill returns the Killing message for a running container that failed its
 // liveness or startup probe, worded as upstream.
-func (a *Actions) probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, probes ProbeResults, sidecar bool) (string, bool) {
-	if probes == nil {
-		return "", false
-	}
-	probe, bad := probes.Unhealthy(prev.Id)
-	if !bad {
+func (a *Actions) probeKill(f Facts, c *v1.Container, prev *runtimeapi.ContainerStatus, sidecar bool) (string, bool) {
+	probe := f.Probes[prev.Id].Failed
+	if probe == "" {
 		return "", false
 	}
 	p := c.LivenessProbe
@@ -375,7 +445,7 @@ func (a *Actions) probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.Conta
 		a.KillGrace[prev.Id] = *p.TerminationGracePeriodSeconds
 	}
 	msg := fmt.Sprintf("Container %s failed %s probe", c.Name, probe)
-	if sidecar || podutil.RestartsAfterKill(&pod.Spec, c) {
+	if sidecar || podutil.RestartsAfterKill(&f.Pod.Spec, c) {
 		msg += ", will be restarted"
 	}
 	return msg, true
@@ -383,20 +453,13 @@ func (a *Actions) probeKill(pod *v1.Pod, c *v1.Container, prev *runtimeapi.Conta
 
 // startOrBackoff reports whether the dead container prev may be restarted now,
 // recording its back-off wait otherwise.
-func (a *Actions) startOrBackoff(pod *v1.Pod, c *v1.Container, prev *runtimeapi.ContainerStatus, backoff BackoffChecker, now time.Time) bool {
-	if backoff == nil {
+func (a *Actions) startOrBackoff(f Facts, c *v1.Container, prev *runtimeapi.ContainerStatus) bool {
+	d, inBackoff := f.Backoff[c.Name]
+	if !inBackoff {
 		return true
 	}
-	key := BackoffKey(pod, c)
-	finished := time.Unix(0, prev.FinishedAt)
-	if prev.FinishedAt == 0 {
-		finished = now
-	}
-	if !backoff.IsInBackOffSince(key, finished) {
-		return true
-	}
-	d := backoff.Get(key)
-	remaining := finished.Add(d).Sub(now)
+	pod := f.Pod
+	remaining := finishedAt(prev, f.Now).Add(d).Sub(f.Now)
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -408,6 +471,15 @@ func (a *Actions) startOrBackoff(pod *v1.Pod, c *v1.Container, prev *runtimeapi.
 		a.RequeueAfter = remaining + 100*time.Millisecond
 	}
 	return false
+}
+
+// finishedAt is when prev exited, as its back-off counts: now when the
+// runtime does not say.
+func finishedAt(prev *runtimeapi.ContainerStatus, now time.Time) time.Time {
+	if prev.FinishedAt == 0 {
+		return now
+	}
+	return time.Unix(0, prev.FinishedAt)
 }
 
 // BackoffKey identifies one container of one pod for the crash-loop back-off.

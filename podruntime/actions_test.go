@@ -217,7 +217,7 @@ func TestComputeActions(t *testing.T) {
 	tests := []struct {
 		name   string
 		f      fixture
-		probes fakeProbes
+		probes map[string]ProbeVerdict // container ID -> what the prober says
 		want   Actions
 	}{
 		// TestComputePodActions.
@@ -244,10 +244,10 @@ func TestComputeActions(t *testing.T) {
 			f:    base().image("foo2", "busybox:2"),
 			want: sb(Actions{StartContainers: []int{1}, KillContainers: map[string]string{"foo2-id": "Container foo2 definition changed, will be restarted"}})},
 		{name: "Kill and recreate the container if the liveness check has failed (nodelet: restarted on the next sync)",
-			f: base(), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			f: base(), probes: map[string]ProbeVerdict{"foo2-id": {Failed: "liveness"}},
 			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe, will be restarted"}})},
 		{name: "Kill and recreate the container if the startup check has failed (nodelet: restarted on the next sync)",
-			f: base(), probes: fakeProbes{failed: map[string]string{"foo2-id": "startup"}},
+			f: base(), probes: map[string]ProbeVerdict{"foo2-id": {Failed: "startup"}},
 			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed startup probe, will be restarted"}})},
 		{name: "Verify we do not create a pod sandbox if no ready sandbox for pod with RestartPolicy=Never and all containers exited",
 			f:    base().policy(v1.RestartPolicyNever).deadSandbox(1).set("foo1", exited(0)).set("foo2", exited(0)).set("foo3", exited(0)),
@@ -310,19 +310,19 @@ func TestComputeActions(t *testing.T) {
 		{name: "sidecar: livenessProbe has completed; start the next",
 			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
 		{name: "sidecar: kill and recreate the restartable init container if the liveness check has failed (nodelet: restarted on the next sync)",
-			f: withSidecars(), probes: fakeProbes{failed: map[string]string{"restartable-init-3-id": "liveness"}},
+			f: withSidecars(), probes: map[string]ProbeVerdict{"restartable-init-3-id": {Failed: "liveness"}},
 			want: sb(Actions{StartContainers: []int{0, 1, 2},
 				KillContainers: map[string]string{"restartable-init-3-id": "Container restartable-init-3 failed liveness probe, will be restarted"}})},
 		{name: "sidecar: startupProbe has not been run; do nothing",
-			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: fakeProbes{notStarted: map[string]bool{"restartable-init-2-id": true}},
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: map[string]ProbeVerdict{"restartable-init-2-id": {NotStarted: true}},
 			want: sb(Actions{})},
 		{name: "sidecar: startupProbe in progress; do nothing",
-			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: fakeProbes{notStarted: map[string]bool{"restartable-init-2-id": true}},
+			f: withSidecars().only("restartable-init-1", "restartable-init-2"), probes: map[string]ProbeVerdict{"restartable-init-2-id": {NotStarted: true}},
 			want: sb(Actions{})},
 		{name: "sidecar: startupProbe has completed; start the next",
 			f: withSidecars().only("restartable-init-1", "restartable-init-2"), want: sb(Actions{StartInit: []int{2}})},
 		{name: "sidecar: kill and recreate the restartable init container if the startup check has failed (nodelet: restarted on the next sync)",
-			f: withSidecars(), probes: fakeProbes{failed: map[string]string{"restartable-init-3-id": "startup"}, notStarted: map[string]bool{"restartable-init-3-id": true}},
+			f: withSidecars(), probes: map[string]ProbeVerdict{"restartable-init-3-id": {Failed: "startup", NotStarted: true}},
 			want: sb(Actions{KillContainers: map[string]string{"restartable-init-3-id": "Container restartable-init-3 failed startup probe, will be restarted"}})},
 		{name: "sidecar: kill and recreate the restartable init container if the container definition changes",
 			f: withSidecars().image("restartable-init-3", "foo-image"),
@@ -444,10 +444,10 @@ func TestComputeActions(t *testing.T) {
 			f:    fixture{pod: testPod(v1.RestartPolicyAlways, "foo1"), st: &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}}}.add("foo1", exited(1)).restartPolicy("foo1", v1.ContainerRestartPolicyNever),
 			want: sb(Actions{KillPod: true})},
 		{name: "rules: liveness failure of a container Never in an Always pod: killed, not to be restarted",
-			f: base().restartPolicy("foo2", v1.ContainerRestartPolicyNever), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			f: base().restartPolicy("foo2", v1.ContainerRestartPolicyNever), probes: map[string]ProbeVerdict{"foo2-id": {Failed: "liveness"}},
 			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe"}})},
 		{name: "rules: liveness failure of a container Always in a Never pod: will be restarted",
-			f: base().policy(v1.RestartPolicyNever).restartPolicy("foo2", v1.ContainerRestartPolicyAlways), probes: fakeProbes{failed: map[string]string{"foo2-id": "liveness"}},
+			f: base().policy(v1.RestartPolicyNever).restartPolicy("foo2", v1.ContainerRestartPolicyAlways), probes: map[string]ProbeVerdict{"foo2-id": {Failed: "liveness"}},
 			want: sb(Actions{KillContainers: map[string]string{"foo2-id": "Container foo2 failed liveness probe, will be restarted"}})},
 		{name: "rules: dead sandbox of a Never pod with a restartable container: new sandbox for what restarts",
 			f: base().policy(v1.RestartPolicyNever).deadSandbox(1).set("foo1", exited(42)).set("foo2", exited(0)).set("foo3", exited(1)).
@@ -466,7 +466,7 @@ func TestComputeActions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ComputeActionsWithProbes(tt.f.pod, tt.f.st, nil, t0, tt.probes)
+			got := ComputeActions(Facts{Pod: tt.f.pod, Status: tt.f.st, Now: t0, Probes: tt.probes})
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("ComputeActions() mismatch (-want +got):\n%s", diff)
 			}
@@ -499,7 +499,7 @@ func TestRecordedHash(t *testing.T) {
 			c.Annotations[cri.AnnotationContainerHash] = tc.recorded
 			pod.Spec.Containers[0].Image = tc.image
 			st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{c}}
-			got := ComputeActions(pod, st, nil, t0)
+			got := ComputeActions(Facts{Pod: pod, Status: st, Now: t0})
 			want := Actions{SandboxID: "sb"}
 			if tc.restart {
 				want.KillContainers = map[string]string{"app-id": "Container app definition changed, will be restarted"}
@@ -544,7 +544,7 @@ func TestCutStartIgnoresBackOff(t *testing.T) {
 		if tc.state.state != runtimeapi.ContainerState_CONTAINER_UNKNOWN {
 			f.st.Containers[0].FinishedAt = clk.Now().UnixNano()
 		}
-		a := ComputeActions(f.pod, f.st, bo, clk.Now())
+		a := ComputeActions(gatherFacts(f.pod, f.st, clk.Now(), bo, nil, nil))
 		if got := len(a.StartContainers) == 1; got != tc.start {
 			t.Errorf("%s: started %v, want %v (actions %+v)", tc.name, got, tc.start, a)
 		}
@@ -570,7 +570,7 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 		st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{c}}
 		waited := time.Duration(0)
 		for {
-			a := ComputeActions(pod, st, bo, clk.Now())
+			a := ComputeActions(gatherFacts(pod, st, clk.Now(), bo, nil, nil))
 			if len(a.StartContainers) == 1 {
 				break
 			}

@@ -55,74 +55,79 @@ func defaultReadonlyPaths() []string {
 // ephemeral container, is the container whose process namespace it joins.
 func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, targetID, sandboxID string,
 	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*podstatus.Waiting, error) {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", c.Name)
-
 	imageRef, w, err := m.ensureImage(ctx, pod, c, sbCfg)
 	if err != nil || w != nil {
 		return w, err
 	}
+	cfg, next, err := m.prepareContainer(ctx, pod, st, c, imageRef, targetID, sbCfg, vols, podIPs)
+	if err != nil {
+		return m.configFailed(pod, err)
+	}
+	return m.runContainer(ctx, pod, c, cfg, next, sandboxID, sbCfg, podIPs)
+}
+
+// configError is a container that cannot be configured (its image's user, env,
+// mounts, devices, security context, a missing target): it waits with
+// CreateContainerConfigError and a Failed event, as upstream (configFailed).
+type configError struct {
+	doing string // what was being done, naming the container
+	err   error
+}
+
+func (e *configError) Error() string { return e.doing + ": " + e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// configErrorf is a configError while doing what format says.
+func configErrorf(err error, format string, args ...any) error {
+	return &configError{doing: fmt.Sprintf(format, args...), err: err}
+}
+
+// configFailed turns a configError into the container's waiting state and
+// its Failed event; any other error passes as is, with no waiting state.
+func (m *Manager) configFailed(pod *v1.Pod, err error) (*podstatus.Waiting, error) {
+	var ce *configError
+	if !errors.As(err, &ce) {
+		return nil, err
+	}
+	m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", ce.err)
+	return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: ce.err.Error()}, err
+}
+
+// prepareContainer builds the CRI config of the container's next instance and
+// records its resources as actuated. It fails with a configError, or with
+// errLeftoverBusy while an earlier instance is still being started.
+func (m *Manager) prepareContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container, imageRef, targetID string,
+	sbCfg *runtimeapi.PodSandboxConfig, vols map[string]volumes.HostVolume, podIPs []string) (*runtimeapi.ContainerConfig, instanceNumbers, error) {
 	user, err := m.imageUserOf(ctx, c, imageRef)
 	if err == nil {
 		err = verifyRunAsNonRoot(pod, c, user.uid, user.username)
 	}
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("verifying runAsNonRoot of container %s: %w", c.Name, err)
+		return nil, instanceNumbers{}, configErrorf(err, "verifying runAsNonRoot of container %s", c.Name)
 	}
-
-	instances := instancesByName(st)[c.Name]
-	cutRemoved, logDirNext := false, 0
-	if len(instances) > 0 {
-		if prev := instances[0]; cri.StartWasCut(prev) {
-			// Never ran: a nodelet killed between CreateContainer and StartContainer
-			// left it created, or a nodelet or runtime crash cut its start off. It
-			// goes first and its replacement takes its place (it never ran: no
-			// restart), so the pod never has two instances of the container.
-			switch err := m.removeLeftover(ctx, pod, prev); {
-			case err == nil:
-				cutRemoved = true
-			case errors.Is(err, errLeftoverBusy):
-				return nil, err
-			default:
-				// The runtime will not let it go (containerd keeps a task a cut
-				// NewTask created after all: "cannot delete running task"). Waiting
-				// for it would keep the pod from ever starting: the replacement
-				// takes the next attempt instead, beside it, and still counts no restart.
-				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
-					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", prev.GetMetadata().GetAttempt(), "err", err)
-			}
-		}
-	} else if m.cfg.PodLogsDir != "" {
-		// No instance left in the runtime (never run, or removed): the count
-		// goes on from the logs earlier instances left, as upstream, so a new
-		// instance never writes into an old one's log.
-		logDirNext = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
+	next, err := m.nextInstanceOf(ctx, pod, st, c)
+	if err != nil {
+		return nil, next, err
 	}
-	next := nextInstance(instances, cutRemoved, logDirNext)
-	restartCount := next.RestartCount
-	node := m.node()
-	envs, err := envvars.ForContainer(ctx, pod, c, m.env, envvars.PodInfo{
+	node := m.deps.Node()
+	envs, err := envvars.ForContainer(ctx, pod, c, m.deps.Env, envvars.PodInfo{
 		PodIPs: podIPs, HostIPs: node.HostIPs, NodeName: node.Name, NodeAllocatable: node.Allocatable,
 		MasterServiceNamespace: v1.NamespaceDefault,
 	})
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing env of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing env of container %s", c.Name)
 	}
 	mounts, err := m.mounts(ctx, pod, c, vols, envs, next.Attempt)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing mounts of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing mounts of container %s", c.Name)
 	}
 	devices, err := blockDevices(c, vols)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing devices of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing devices of container %s", c.Name)
 	}
 	linux, err := m.linuxContainerConfig(pod, c, sbCfg, targetID, user)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("computing the security context of container %s: %w", c.Name, err)
+		return nil, next, configErrorf(err, "computing the security context of container %s", c.Name)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(next.Attempt)},
@@ -143,48 +148,89 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, st *pleg.PodS
 			cri.LabelPodUID:        string(pod.UID),
 			cri.LabelContainerName: c.Name,
 		},
-		Annotations: containerAnnotations(pod, c, restartCount),
+		Annotations: containerAnnotations(pod, c, next.RestartCount),
 		Linux:       linux,
 	}
-	if d := m.cfg.Devices; d != nil {
+	if d := m.deps.Devices; d != nil {
 		if err := d.ApplyDevices(ctx, pod, c, cfg); err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-			return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("adding the devices of container %s: %w", c.Name, err)
+			return nil, next, configErrorf(err, "adding the devices of container %s", c.Name)
 		}
 	}
 	// What the runtime is told at creation is what the container runs with:
 	// the baseline of its next resize.
-	if err := m.actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		return &podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, fmt.Errorf("recording the resources of container %s: %w", c.Name, err)
+	if err := m.deps.Actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
+		return nil, next, configErrorf(err, "recording the resources of container %s", c.Name)
 	}
+	return cfg, next, nil
+}
+
+// nextInstanceOf numbers the container's next instance, removing first an
+// instance whose start was cut off (it fails with errLeftoverBusy while the
+// runtime is still starting that one).
+func (m *Manager) nextInstanceOf(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, c *v1.Container) (instanceNumbers, error) {
+	instances := instancesByName(st)[c.Name]
+	cutRemoved, logDirNext := false, 0
+	if len(instances) > 0 {
+		if prev := instances[0]; cri.StartWasCut(prev) {
+			// Never ran: a nodelet killed between CreateContainer and StartContainer
+			// left it created, or a nodelet or runtime crash cut its start off. It
+			// goes first and its replacement takes its place (it never ran: no
+			// restart), so the pod never has two instances of the container.
+			switch err := m.removeLeftover(ctx, pod, prev); {
+			case err == nil:
+				cutRemoved = true
+			case errors.Is(err, errLeftoverBusy):
+				return instanceNumbers{}, err
+			default:
+				// The runtime will not let it go (containerd keeps a task a cut
+				// NewTask created after all: "cannot delete running task"). Waiting
+				// for it would keep the pod from ever starting: the replacement
+				// takes the next attempt instead, beside it, and still counts no restart.
+				klog.FromContext(ctx).Info("Could not remove a container whose start was cut off; starting the next attempt beside it",
+					"pod", klog.KObj(pod), "container", c.Name, "containerID", prev.GetId(), "attempt", prev.GetMetadata().GetAttempt(), "err", err)
+			}
+		}
+	} else if m.cfg.PodLogsDir != "" {
+		// No instance left in the runtime (never run, or removed): the count
+		// goes on from the logs earlier instances left, as upstream, so a new
+		// instance never writes into an old one's log.
+		logDirNext = restartCountFromLogDir(filepath.Join(PodLogDir(m.cfg.PodLogsDir, pod), c.Name))
+	}
+	return nextInstance(instances, cutRemoved, logDirNext), nil
+}
+
+// runContainer creates and starts the container from cfg, then runs its
+// postStart hook; a failure moves its crash-loop back-off on.
+func (m *Manager) runContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig, next instanceNumbers,
+	sandboxID string, sbCfg *runtimeapi.PodSandboxConfig, podIPs []string) (*podstatus.Waiting, error) {
 	release, err := m.startSlots.acquire(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("waiting to create container %s: %w", c.Name, err)
 	}
-	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sbCfg)
+	id, err := m.deps.Runtime.CreateContainer(ctx, sandboxID, cfg, sbCfg)
 	if err != nil {
 		release()
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.backoff.Next(BackoffKey(pod, c), m.deps.Clock.Now())
 		return &podstatus.Waiting{Reason: "CreateContainerError", Message: err.Error()}, fmt.Errorf("creating container %s: %w", c.Name, err)
 	}
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
-	err = m.rt.StartContainer(ctx, id)
+	m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	err = m.deps.Runtime.StartContainer(ctx, id)
 	release()
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		m.backoff.Next(BackoffKey(pod, c), m.deps.Clock.Now())
 		return &podstatus.Waiting{Reason: "RunContainerError", Message: err.Error()}, fmt.Errorf("starting container %s: %w", c.Name, err)
 	}
-	if restartCount > 0 {
+	if next.RestartCount > 0 {
 		// Every restart moves the crash-loop back-off on (10s, 20s, ... up to the max).
-		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		m.backoff.Next(BackoffKey(pod, c), m.deps.Clock.Now())
 	}
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
-	logger.V(2).Info("Started container", "containerID", id, "restartCount", restartCount, "attempt", next.Attempt)
+	m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	klog.FromContext(ctx).V(2).Info("Started container", "pod", klog.KObj(pod), "container", c.Name,
+		"containerID", id, "restartCount", next.RestartCount, "attempt", next.Attempt)
 	if err := m.runPostStart(ctx, pod, c, id, firstIP(podIPs)); err != nil {
-		m.backoff.Next(BackoffKey(pod, c), m.clock.Now())
+		m.backoff.Next(BackoffKey(pod, c), m.deps.Clock.Now())
 		return &podstatus.Waiting{Reason: "PostStartHookError", Message: err.Error()}, err
 	}
 	return nil, nil
@@ -201,7 +247,7 @@ const leftoverRetry = time.Second
 // removeLeftover removes a container whose start was cut off (cri.StartWasCut).
 func (m *Manager) removeLeftover(ctx context.Context, pod *v1.Pod, prev *runtimeapi.ContainerStatus) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "container", containerName(prev), "containerID", prev.GetId())
-	err := m.rt.RemoveContainer(ctx, prev.GetId())
+	err := m.deps.Runtime.RemoveContainer(ctx, prev.GetId())
 	switch {
 	case err == nil || isNotFound(err):
 		logger.Info("Removed a container whose start was cut off (never ran) before creating its replacement", "state", prev.GetState(), "reason", prev.GetReason(),
@@ -366,15 +412,15 @@ func (m *Manager) linuxContainerConfig(pod *v1.Pod, c *v1.Container, sbCfg *runt
 	for _, w := range warnings {
 		klog.V(2).InfoS("Container resources", "pod", klog.KObj(pod), "container", c.Name, "warning", w)
 	}
-	if m.cfg.CPUs != nil {
+	if m.deps.CPUs != nil {
 		// Upstream sets the cpuset at creation too, so a pinned container
 		// never runs a moment on the shared pool.
-		res.CpusetCpus = m.cfg.CPUs.CPUSetFor(pod.UID, c.Name)
+		res.CpusetCpus = m.deps.CPUs.CPUSetFor(pod.UID, c.Name)
 	}
-	if m.cfg.Memory != nil {
+	if m.deps.Memory != nil {
 		// The NUMA nodes of the container's memory, as upstream sets them at
 		// creation (the memory manager never moves them afterwards).
-		res.CpusetMems = m.cfg.Memory.MemsFor(pod.UID, c.Name)
+		res.CpusetMems = m.deps.Memory.MemsFor(pod.UID, c.Name)
 	}
 	sc, err := containerSecurityContext(pod, c, m.securityOptions(), img)
 	if err != nil {
@@ -403,7 +449,7 @@ func containerNamespaces(sandbox *runtimeapi.NamespaceOption, targetID string) *
 }
 
 func (m *Manager) memoryCapacity() int64 {
-	n := m.node()
+	n := m.deps.Node()
 	if n.MemoryCapacity > 0 {
 		return n.MemoryCapacity
 	}
@@ -447,7 +493,7 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image}
 	present := ""
 	if policy != v1.PullAlways {
-		resp, err := m.img.ImageStatus(ctx, spec, false)
+		resp, err := m.deps.Images.ImageStatus(ctx, spec, false)
 		if err != nil {
 			return "", &podstatus.Waiting{Reason: "ErrImageInspect", Message: err.Error()}, fmt.Errorf("inspecting image %s: %w", image, err)
 		}
@@ -457,16 +503,16 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 	}
 	// Secrets are fetched from the API server: at most once, and only when needed.
 	creds := sync.OnceValue(func() []trackedAuth { return m.pullCredentials(ctx, pod, image) })
-	records := m.cfg.PullRecords
+	records := m.deps.PullRecords
 	if present != "" {
 		if records == nil {
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
 			return present, nil, nil
 		}
 		d := records.Verify(ctx, policy, image, present, func() []kubeletconfigv1beta1.ImagePullSecret { return podSecrets(creds()) })
 		switch d.Action {
 		case pullrecords.UsePresent:
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine and can be accessed by the pod", image)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Container image %q already present on machine and can be accessed by the pod", image)
 			return present, nil, nil
 		case pullrecords.RefuseNeverPull:
 			klog.FromContext(ctx).V(2).Info("Refusing a present image", "pod", klog.KObj(pod), "image", image, "reason", d.Reason)
@@ -477,14 +523,14 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 		return m.neverPull(pod, image)
 	}
 	key := imageBackoffKey(pod, image)
-	if m.imageBackoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
+	if m.imageBackoff.IsInBackOffSinceUpdate(key, m.deps.Clock.Now()) {
 		msg := fmt.Sprintf("Back-off pulling image %q", image)
-		m.recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
 		return "", &podstatus.Waiting{Reason: "ImagePullBackOff", Message: msg}, nil
 	}
 	auths := append(slices.Clip(creds()), m.providerCredentials(ctx, image)...)
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
-	queued := m.clock.Now()
+	m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", image)
+	queued := m.deps.Clock.Now()
 	select {
 	case m.pullSlots <- struct{}{}:
 	case <-ctx.Done():
@@ -497,7 +543,7 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 			return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: msg}, fmt.Errorf("pulling image %s: %w", image, err)
 		}
 	}
-	start := m.clock.Now()
+	start := m.deps.Clock.Now()
 	ref, used, err := m.pullWithCredentials(ctx, spec, auths, sbCfg)
 	<-m.pullSlots
 	if records != nil {
@@ -508,14 +554,14 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 		}
 	}
 	if err != nil {
-		m.imageBackoff.Next(key, m.clock.Now())
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", image, err)
+		m.imageBackoff.Next(key, m.deps.Clock.Now())
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", image, err)
 		// The runtime client's errors already say which image was being pulled.
 		return "", &podstatus.Waiting{Reason: "ErrImagePull", Message: err.Error()}, err
 	}
 	m.imageBackoff.Reset(key)
-	m.recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
-		image, m.clock.Since(start).Round(time.Millisecond), m.clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
+	m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
+		image, m.deps.Clock.Since(start).Round(time.Millisecond), m.deps.Clock.Since(queued).Round(time.Millisecond), m.imageSize(ctx, ref))
 	return ref, nil, nil
 }
 
@@ -525,8 +571,8 @@ func (m *Manager) ensureImageRef(ctx context.Context, pod *v1.Pod, image string,
 func (m *Manager) checkImageName(pod *v1.Pod, image string) (*podstatus.Waiting, error) {
 	w, err := invalidImageName(image)
 	if err != nil {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "InspectFailed", "%s", w.Message)
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", w.Reason)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "InspectFailed", "%s", w.Message)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", w.Reason)
 	}
 	return w, err
 }
@@ -546,7 +592,7 @@ func invalidImageName(image string) (*podstatus.Waiting, error) {
 // pod must not learn that the image is on the node.
 func (m *Manager) neverPull(pod *v1.Pod, image string) (string, *podstatus.Waiting, error) {
 	msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", image)
-	m.recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
+	m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "ErrImageNeverPull", "%s", msg)
 	return "", &podstatus.Waiting{Reason: "ErrImageNeverPull", Message: msg}, fmt.Errorf("%s: %w", msg, errNeverPull)
 }
 
@@ -561,12 +607,12 @@ func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.Imag
 		return "", nil, errPullQPSExceeded
 	}
 	if len(creds) == 0 {
-		ref, err := m.img.PullImage(ctx, spec, nil, sbCfg)
+		ref, err := m.deps.Images.PullImage(ctx, spec, nil, sbCfg)
 		return ref, nil, err
 	}
 	var errs []error
 	for i := range creds {
-		ref, err := m.img.PullImage(ctx, spec, creds[i].AuthConfig, sbCfg)
+		ref, err := m.deps.Images.PullImage(ctx, spec, creds[i].AuthConfig, sbCfg)
 		if err == nil {
 			return ref, &creds[i], nil
 		}
@@ -577,7 +623,7 @@ func (m *Manager) pullWithCredentials(ctx context.Context, spec *runtimeapi.Imag
 
 // imageSize reports the pulled image's size for the Pulled event; 0 if unknown.
 func (m *Manager) imageSize(ctx context.Context, ref string) uint64 {
-	resp, err := m.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false)
+	resp, err := m.deps.Images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false)
 	if err != nil {
 		return 0
 	}

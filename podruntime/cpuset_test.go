@@ -40,7 +40,7 @@ func TestContainerCPUSetFromCPUManager(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
 	cpus, mem := &fakeCPUs{}, &fakeMemory{}
-	m, _ := r.managerWithConfig(Config{CPUs: cpus, Memory: mem})
+	m, _ := r.managerWithDeps(Deps{CPUs: cpus, Memory: mem})
 	pod := syncPod("pinned", v1.RestartPolicyAlways, nil, "pinned", "shared")
 	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
 		t.Fatal(err)

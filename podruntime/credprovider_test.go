@@ -74,8 +74,7 @@ func TestPullWithCredentialProviders(t *testing.T) {
 			}
 			prov := &fakeProviders{creds: tc.provided}
 			records := &recordedPulls{}
-			m := New(Config{CredentialProviders: prov, PullRecords: records}, nil, img, nil, secrets, func() NodeFacts { return NodeFacts{} },
-				record.NewFakeRecorder(100), clocktesting.NewFakeClock(time.Unix(0, 0)))
+			m := New(Config{}, Deps{Images: img, Env: secrets, Node: func() NodeFacts { return NodeFacts{} }, Recorder: record.NewFakeRecorder(100), Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), CredentialProviders: prov, PullRecords: records})
 			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"}}
 			if tc.secret {
 				pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "reg"}}

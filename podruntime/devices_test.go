@@ -127,7 +127,7 @@ func TestDevicePluginAllocationInContainerConfig(t *testing.T) {
 	ctx := context.Background()
 	pod := syncPod("gpu", v1.RestartPolicyAlways, nil, "app")
 	r := newSyncRig(t)
-	m, _ := r.managerWithConfig(Config{Devices: fakeDevices{}})
+	m, _ := r.managerWithDeps(Deps{Devices: fakeDevices{}})
 	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestDevicePluginAllocationInContainerConfig(t *testing.T) {
 	}
 
 	r2 := newSyncRig(t)
-	m2, _ := r2.managerWithConfig(Config{Devices: fakeDevices{err: errors.New("device plugin PreStartContainer rpc failed with err: boom")}})
+	m2, _ := r2.managerWithDeps(Deps{Devices: fakeDevices{err: errors.New("device plugin PreStartContainer rpc failed with err: boom")}})
 	res, _ := m2.SyncPod(ctx, pod, r2.status(pod))
 	if w := res.Waiting["app"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "PreStartContainer") {
 		t.Errorf("waiting %+v; want CreateContainerConfigError", res.Waiting["app"])
@@ -170,7 +170,7 @@ func TestDynamicResourcesPreparedBeforeSandbox(t *testing.T) {
 	pod := syncPod("claims", v1.RestartPolicyAlways, nil, "app")
 	r := newSyncRig(t)
 	dr := &fakeDynamicResources{err: errors.New("prepare dynamic resources: DRA driver gpu.example.com is not registered")}
-	m, rec := r.managerWithConfig(Config{DynamicResources: dr})
+	m, rec := r.managerWithDeps(Deps{DynamicResources: dr})
 	if _, err := m.SyncPod(ctx, pod, r.status(pod)); err == nil {
 		t.Fatal("SyncPod succeeded with the claims unprepared")
 	}

@@ -118,7 +118,7 @@ func TestEphemeralWaitsForItsTarget(t *testing.T) {
 	}
 	// The target exits and is in back-off, so the next sync does not restart it.
 	r.fake.ExitContainer(r.containerID(pod, "app", runtimeapi.ContainerState_CONTAINER_RUNNING), 1, "")
-	m.backoff.Next(BackoffKey(pod, &pod.Spec.Containers[0]), m.clock.Now())
+	m.backoff.Next(BackoffKey(pod, &pod.Spec.Containers[0]), m.deps.Clock.Now())
 
 	addEphemeral(pod, "debugger", "app")
 	res, err := m.SyncPod(ctx, pod, r.status(pod))

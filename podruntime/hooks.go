@@ -59,9 +59,9 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, c *runtimeapi.
 		message = fmt.Sprintf("Stopping container %s", name)
 	}
 	if pod.Name != "" {
-		m.recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "%s", message)
+		m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "Killing", "%s", message)
 	}
-	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && m.cfg.Hooks != nil &&
+	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && m.deps.Hooks != nil &&
 		c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		grace -= m.runPreStop(ctx, pod, spec, c.Id, podIP, grace)
 		if grace < minimumGracePeriod {
@@ -69,7 +69,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, c *runtimeapi.
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Killing container", "pod", klog.KObj(pod), "container", name, "containerID", c.Id, "gracePeriod", grace)
-	if err := m.rt.StopContainer(ctx, c.Id, grace); err != nil && !isNotFound(err) {
+	if err := m.deps.Runtime.StopContainer(ctx, c.Id, grace); err != nil && !isNotFound(err) {
 		return fmt.Errorf("stopping container %s: %w", name, err)
 	}
 	return nil
@@ -78,21 +78,21 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, c *runtimeapi.
 // runPreStop runs the preStop hook for at most grace seconds and returns the
 // whole seconds it took, which the caller takes off the grace period.
 func (m *Manager) runPreStop(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, podIP string, grace int64) int64 {
-	start := m.clock.Now()
+	start := m.deps.Clock.Now()
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		msg, err := m.cfg.Hooks.RunHook(hctx, m.clock, pod, prober.Target{PodIP: podIP, Container: spec, ContainerID: id}, spec.Lifecycle.PreStop)
+		msg, err := m.deps.Hooks.RunHook(hctx, m.deps.Clock, pod, prober.Target{PodIP: podIP, Container: spec, ContainerID: id}, spec.Lifecycle.PreStop)
 		if err != nil && hctx.Err() == nil {
 			klog.FromContext(ctx).Info("PreStop hook failed", "pod", klog.KObj(pod), "container", spec.Name, "err", err)
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "%s", msg)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "%s", msg)
 		}
 	}()
 	select {
 	case <-done:
-	case <-m.clock.After(time.Duration(grace) * time.Second):
+	case <-m.deps.Clock.After(time.Duration(grace) * time.Second):
 		klog.FromContext(ctx).Info("PreStop hook did not finish within the grace period", "pod", klog.KObj(pod), "container", spec.Name, "gracePeriod", grace)
 		cancel()
 	case <-ctx.Done():
@@ -101,18 +101,18 @@ func (m *Manager) runPreStop(ctx context.Context, pod *v1.Pod, spec *v1.Containe
 	// before the kill goes on, so nothing outlives the worker that started it.
 	cancel()
 	<-done
-	return int64(m.clock.Since(start).Seconds())
+	return int64(m.deps.Clock.Since(start).Seconds())
 }
 
 // runPostStart runs the postStart hook of a just started container. On failure
 // the container is killed and the returned Waiting explains it.
 func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, id, podIP string) error {
-	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || m.cfg.Hooks == nil {
+	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || m.deps.Hooks == nil {
 		return nil
 	}
 	// No timeout of its own, as upstream: the hook runs until it ends or the
 	// sync is cancelled (the pod is stopping).
-	msg, err := m.cfg.Hooks.RunHook(ctx, m.clock, pod, prober.Target{PodIP: podIP, Container: c, ContainerID: id}, c.Lifecycle.PostStart)
+	msg, err := m.deps.Hooks.RunHook(ctx, m.deps.Clock, pod, prober.Target{PodIP: podIP, Container: c, ContainerID: id}, c.Lifecycle.PostStart)
 	if err == nil {
 		return nil
 	}
@@ -123,7 +123,7 @@ func (m *Manager) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container
 	// Upstream keeps the hook's output out of the event, which anyone reading
 	// events sees, as it may hold secrets: it goes to the log and the error.
 	klog.FromContext(ctx).Error(err, "Failed to execute PostStartHook", "pod", klog.KObj(pod), "container", c.Name, "message", msg)
-	m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
+	m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
 	st := &runtimeapi.ContainerStatus{
 		Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},

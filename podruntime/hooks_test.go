@@ -73,7 +73,7 @@ func TestComputeActionsProbeKills(t *testing.T) {
 			for i, name := range tt.running {
 				st.Containers = append(st.Containers, ctr(tt.pod, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 0, int64(i+1)))
 			}
-			got := ComputeActionsWithProbes(tt.pod, st, nil, t0, fakeProbes{failed: tt.failed})
+			got := ComputeActions(gatherFacts(tt.pod, st, t0, nil, fakeProbes{failed: tt.failed}, nil))
 			if len(got.KillContainers) != len(tt.wantKill) || got.KillPod != tt.killPod || len(got.StartContainers) != 0 {
 				t.Fatalf("got %+v; want kills %v, killPod %v, nothing started", got, tt.wantKill, tt.killPod)
 			}
@@ -108,10 +108,10 @@ func TestSidecarStartupGatesNextInit(t *testing.T) {
 	st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{readySandbox(0)}, Containers: []*runtimeapi.ContainerStatus{
 		ctr(pod, "proxy", runtimeapi.ContainerState_CONTAINER_RUNNING, 0, 1),
 	}}
-	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{notStarted: map[string]bool{"proxy-id": true}}); len(got.StartInit) != 0 || len(got.StartContainers) != 0 {
+	if got := ComputeActions(Facts{Pod: pod, Status: st, Now: t0, Probes: map[string]ProbeVerdict{"proxy-id": {NotStarted: true}}}); len(got.StartInit) != 0 || len(got.StartContainers) != 0 {
 		t.Errorf("before the sidecar started: %+v, want nothing started", got)
 	}
-	if got := ComputeActionsWithProbes(pod, st, nil, t0, fakeProbes{}); !slices.Equal(got.StartInit, []int{1}) {
+	if got := ComputeActions(Facts{Pod: pod, Status: st, Now: t0}); !slices.Equal(got.StartInit, []int{1}) {
 		t.Errorf("after the sidecar started: StartInit = %v, want [1]", got.StartInit)
 	}
 }
@@ -147,7 +147,7 @@ func (f fakeHooks) RunHook(ctx context.Context, _ clock.Clock, _ *v1.Pod, t prob
 
 func hookManager(rt Runtime, hooks Hooks, clk clock.Clock) (*Manager, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(100)
-	m := New(Config{Hooks: hooks}, rt, nil, nil, nil, func() NodeFacts { return NodeFacts{} }, rec, clk)
+	m := New(Config{}, Deps{Runtime: rt, Node: func() NodeFacts { return NodeFacts{} }, Recorder: rec, Clock: clk, Hooks: hooks})
 	return m, rec
 }
 

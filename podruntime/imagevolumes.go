@@ -81,7 +81,7 @@ func (m *Manager) pullImageVolumes(ctx context.Context, pod *v1.Pod, vols map[st
 		}
 		if m.cfg.ImageVolumeSupport != nil {
 			err := fmt.Errorf("mounting image volume %q: %w", name, m.cfg.ImageVolumeSupport)
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
 			fail(name, imageVolumeFailure{image: image, waiting: podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}, err: err})
 			continue
 		}

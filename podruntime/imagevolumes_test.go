@@ -82,7 +82,7 @@ func imageVolumePod(name, ref string, policy v1.PullPolicy) *v1.Pod {
 func (r *syncRig) imageVolumeManager(rec record.EventRecorder, secrets fakeSecrets, support error) *Manager {
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), ImageVolumeSupport: support}
 	vols := volumes.NewManager(r.root, nil, clock.RealClock{}, volumes.WithoutTmpfs())
-	return New(cfg, r.client, r.client, vols, secrets, func() NodeFacts { return NodeFacts{Name: "node1"} }, rec, clock.RealClock{})
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: vols, Env: secrets, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clock.RealClock{}})
 }
 
 // An image volume is pulled like a container image (default policy Always for

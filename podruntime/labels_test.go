@@ -168,7 +168,7 @@ func TestKubeletCreatedPodIsAdopted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &pleg.PodStatus{Sandboxes: []*runtimeapi.PodSandboxStatus{sandbox}, Containers: []*runtimeapi.ContainerStatus{tt.c}}
-			got := ComputeActions(pod, st, nil, t0)
+			got := ComputeActions(Facts{Pod: pod, Status: st, Now: t0})
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("ComputeActions() mismatch (-want +got):\n%s", diff)
 			}

@@ -1,5 +1,3 @@
-// Package podruntime drives the container runtime toward a pod's spec: it decides
-// what to do (ComputeActions, a pure function) and does it over CRI.
 package podruntime
 
 import (
@@ -83,7 +81,8 @@ type NodeFacts struct {
 // networkNotReadyMsg is upstream's NetworkNotReadyErrorMsg.
 const networkNotReadyMsg = "network is not ready"
 
-// Config holds the node-wide settings podruntime applies to every pod.
+// Config holds the node-wide settings podruntime applies to every pod: plain
+// values, resolved by the caller. The collaborators are in Deps.
 type Config struct {
 	RootDir       string
 	PodLogsDir    string
@@ -103,12 +102,32 @@ type Config struct {
 	// (and backs off), as upstream. 0 QPS means no limit.
 	RegistryPullQPS float64
 	RegistryBurst   int
-	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
-	CgroupParentFunc func(pod *v1.Pod) string
 	// CrashLoopBackOffMax caps the restart back-off (default 5m).
 	CrashLoopBackOffMax time.Duration
 	// Resources says how container limits, OOM scores and swap are computed.
 	Resources cgroups.ResourceOptions
+	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
+	// pod and container ask for no seccomp profile get RuntimeDefault.
+	SeccompDefault bool
+	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
+	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
+	ImageVolumeSupport error
+}
+
+// Deps are the manager's collaborators: the first seven it needs, the others
+// are optional (nil turns their feature off, as each says).
+type Deps struct {
+	Runtime Runtime
+	Images  Images
+	Volumes Volumes
+	Env     envvars.Sources
+	// Node describes the node now (its IPs, allocatable, network readiness).
+	Node func() NodeFacts
+	// Recorder may be a record.FakeRecorder or one that drops events.
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+	// CgroupParent returns the sandbox's cgroup parent; nil leaves it to the runtime.
+	CgroupParent func(pod *v1.Pod) string
 	// PodCgroups, when set, creates each pod's cgroup before its sandbox.
 	PodCgroups PodCgroups
 	// Hooks, when set, runs postStart and preStop handlers.
@@ -119,15 +138,9 @@ type Config struct {
 	// PullRecords, when set, records which credentials pulled which image and
 	// decides whether a pod may use an image already present (KEP-2535).
 	PullRecords PullRecords
-	// SeccompDefault is KubeletConfiguration seccompDefault: containers whose
-	// pod and container ask for no seccomp profile get RuntimeDefault.
-	SeccompDefault bool
 	// CredentialProviders, when set, are the image credential provider
 	// plugins asked for registry credentials after the pod's pull secrets.
 	CredentialProviders CredentialProviders
-	// ImageVolumeSupport is nil when the runtime mounts image volumes, else
-	// why it does not (ImageVolumeSupport); pods' image volumes then fail.
-	ImageVolumeSupport error
 	// RuntimeClasses, when set, resolves runtimeClassName to the runtime
 	// handler; unset (no API server), every pod gets the default handler, as
 	// upstream's kubelet without a client.
@@ -215,26 +228,18 @@ type PodCgroups interface {
 	EnsurePodCgroup(ctx context.Context, pod *v1.Pod) error
 }
 
-// CgroupParent returns the cgroup parent for pod, or "".
-func (c Config) CgroupParent(pod *v1.Pod) string {
-	if c.CgroupParentFunc == nil {
+// cgroupParent returns the cgroup parent for pod, or "".
+func (m *Manager) cgroupParent(pod *v1.Pod) string {
+	if m.deps.CgroupParent == nil {
 		return ""
 	}
-	return c.CgroupParentFunc(pod)
+	return m.deps.CgroupParent(pod)
 }
 
 // Manager runs pods on a CRI runtime.
 type Manager struct {
-	cfg      Config
-	rt       Runtime
-	img      Images
-	vols     Volumes
-	env      envvars.Sources
-	node     func() NodeFacts
-	recorder record.EventRecorder
-	clock    clock.Clock
-
-	actuated Actuated
+	cfg  Config
+	deps Deps
 
 	backoff      *flowcontrol.Backoff
 	imageBackoff *flowcontrol.Backoff
@@ -243,8 +248,8 @@ type Manager struct {
 	pullLimiter  flowcontrol.RateLimiter // nil: registryPullQPS 0, no limit
 }
 
-// New returns a Manager. recorder may be a record.FakeRecorder or one that drops events.
-func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, node func() NodeFacts, recorder record.EventRecorder, clk clock.Clock) *Manager {
+// New returns a Manager.
+func New(cfg Config, deps Deps) *Manager {
 	if cfg.CrashLoopBackOffMax == 0 {
 		cfg.CrashLoopBackOffMax = 5 * time.Minute
 	}
@@ -255,12 +260,12 @@ func New(cfg Config, rt Runtime, img Images, vols Volumes, env envvars.Sources, 
 	if initial > cfg.CrashLoopBackOffMax {
 		initial = cfg.CrashLoopBackOffMax
 	}
-	var actuated Actuated = allocation.NewMemoryState()
-	if cfg.Actuated != nil {
-		actuated = cfg.Actuated
+	if deps.Actuated == nil {
+		deps.Actuated = allocation.NewMemoryState()
 	}
+	clk := deps.Clock
 	return &Manager{
-		cfg: cfg, rt: rt, img: img, vols: vols, env: env, node: node, recorder: recorder, clock: clk, actuated: actuated,
+		cfg: cfg, deps: deps,
 		backoff:      flowcontrol.NewFakeBackOff(initial, cfg.CrashLoopBackOffMax, clk),
 		imageBackoff: flowcontrol.NewFakeBackOff(10*time.Second, 5*time.Minute, clk),
 		pullSlots:    make(chan struct{}, cfg.MaxParallelImagePulls),
@@ -300,30 +305,93 @@ type Result struct {
 	ResizeDuration time.Duration
 }
 
-// SyncPod drives the runtime one step toward pod's spec.
+// SyncPod drives the runtime one step toward pod's spec. It decides once
+// (ComputeActions over the facts gathered first) and carries the plan out in
+// named steps, each ending the sync early when what follows cannot happen.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) (Result, error) {
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
-	// A pod on the pod network waits for the runtime's network, as upstream: its sandbox
-	// would have no network (or fail in CNI), and nothing else of it is acted on until then.
-	if nerr := m.node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
-		return Result{}, fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
+	if err := m.checkNetwork(pod); err != nil {
+		return Result{}, err
 	}
+	s := m.plan(ctx, pod, st)
+	m.reportBackOffs(s)
+	if done, err := m.killForPlan(ctx, s); done || err != nil {
+		return s.res, err
+	}
+	if err := m.setUpVolumes(ctx, s); err != nil {
+		return s.res, err
+	}
+	m.resizeForPlan(ctx, s)
+	if !s.acts.CreateSandbox && len(s.acts.StartInit) == 0 && len(s.acts.StartContainers) == 0 && len(s.acts.StartEphemeral) == 0 {
+		return s.res, errors.Join(s.errs...)
+	}
+	if err := m.ensureSandbox(ctx, s); err != nil {
+		return s.res, err
+	}
+	if err := m.writeHostsFile(pod, s.podIPs); err != nil {
+		return s.res, err
+	}
+	m.startForPlan(ctx, s)
+	return s.res, errors.Join(s.errs...)
+}
+
+// podSync is one SyncPod's state, handed from step to step.
+type podSync struct {
+	pod    *v1.Pod
+	st     *pleg.PodStatus
+	logger klog.Logger
+	acts   Actions
+	res    Result
+	// errs are failures that do not end the sync (a resize, a container
+	// that holds up no other); SyncPod returns them joined.
+	errs []error
+	// Set by setUpVolumes and ensureSandbox, for the containers' starts.
+	vols      map[string]volumes.HostVolume
+	sandboxID string
+	sbCfg     *runtimeapi.PodSandboxConfig
+	podIPs    []string
+}
+
+// checkNetwork holds a pod on the pod network until the runtime's network is
+// ready, as upstream: its sandbox would have no network (or fail in CNI), and
+// nothing else of it is acted on until then.
+func (m *Manager) checkNetwork(pod *v1.Pod) error {
+	if nerr := m.deps.Node().NetworkError; nerr != "" && !pod.Spec.HostNetwork {
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "NetworkNotReady", "%s: %s", networkNotReadyMsg, nerr)
+		return fmt.Errorf("%s: %s", networkNotReadyMsg, nerr)
+	}
+	return nil
+}
+
+// plan gathers the facts and decides the sync (ComputeActions).
+func (m *Manager) plan(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) *podSync {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	m.initActuated(ctx, pod)
-	acts := ComputeActionsWithResize(pod, st, m.backoff, m.clock.Now(), m.cfg.Probes, m.actuatedFor(pod.UID))
-	res := Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed}
+	acts := ComputeActions(gatherFacts(pod, st, m.deps.Clock.Now(), m.backoff, m.deps.Probes, m.actuatedFor(pod.UID)))
 	logger.V(4).Info("Computed pod actions", "createSandbox", acts.CreateSandbox, "killPod", acts.KillPod,
 		"startInit", acts.StartInit, "start", acts.StartContainers, "startEphemeral", acts.StartEphemeral, "kill", len(acts.KillContainers),
 		"resizeMemory", len(acts.Resize.Memory), "resizeCPU", len(acts.Resize.CPU), "resizePod", acts.Resize.UpdatePod)
+	return &podSync{
+		pod: pod, st: st, logger: logger, acts: acts,
+		res:       Result{Waiting: acts.Waiting, RequeueAfter: acts.RequeueAfter, InitFailed: acts.InitFailed},
+		sandboxID: acts.SandboxID,
+	}
+}
 
-	// A container held back by its crash-loop back-off gets upstream's BackOff warning on
-	// each sync that finds it so (the event recorder folds the repeats into a count).
-	for _, name := range slices.Sorted(maps.Keys(acts.Waiting)) {
-		if acts.Waiting[name].Reason == "CrashLoopBackOff" {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, pod.Name, pod.Namespace, pod.UID)
+// reportBackOffs gives a container held back by its crash-loop back-off
+// upstream's BackOff warning on each sync that finds it so (the event
+// recorder folds the repeats into a count).
+func (m *Manager) reportBackOffs(s *podSync) {
+	for _, name := range slices.Sorted(maps.Keys(s.acts.Waiting)) {
+		if s.acts.Waiting[name].Reason == "CrashLoopBackOff" {
+			m.deps.Recorder.Eventf(s.pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", name, s.pod.Name, s.pod.Namespace, s.pod.UID)
 		}
 	}
+}
 
+// killForPlan stops the containers the plan kills, then the pod when it
+// kills the pod; done means the sync ends there (the pod was only killed).
+func (m *Manager) killForPlan(ctx context.Context, s *podSync) (done bool, err error) {
+	pod, st, acts := s.pod, s.st, s.acts
 	// Containers killed for a reason (probe failure, changed spec) go first, so
 	// their Killing event says why even when the whole pod stops next.
 	killed := map[string]bool{}
@@ -332,83 +400,99 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		if !ok {
 			continue
 		}
-		res.Changed = true
+		s.res.Changed = true
 		killed[c.Id] = true
-		logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
+		s.logger.Info("Stopping container", "containerID", c.Id, "reason", reason)
 		var override *int64
 		if g, ok := acts.KillGrace[c.Id]; ok {
 			override = &g
 		}
 		if err := m.killContainer(ctx, pod, c, firstIP(m.podIPs(pod, st)), gracePeriod(pod, override), reason); err != nil {
-			return res, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
+			return true, fmt.Errorf("stopping container %s (%s): %w", c.Id, reason, err)
 		}
 	}
-	if acts.KillPod {
-		if acts.CreateSandbox && len(st.Sandboxes) > 0 {
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
-		}
-		if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
-			return res, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
-		}
-		res.Changed = true
-		if !acts.CreateSandbox {
-			return res, nil
-		}
-		m.purgeInitContainers(ctx, pod, st)
+	if !acts.KillPod {
+		return false, nil
 	}
-	// Every sync sets the volumes up, not only the one that starts containers:
-	// as upstream's volume manager remounts on each pod sync, this is what
-	// brings changed configMaps, secrets, labels and annotations into running
-	// pods (periodic resyncs and pod updates). Unchanged content is not rewritten.
-	vols, err := m.vols.SetUpPod(ctx, pod)
-	if err != nil {
-		if !volumes.OnlyKeptContent(err) {
-			// Claims that could not be processed get upstream's "Unable to
-			// attach or mount volumes" message; each other volume its own
-			// event, worded as upstream's operation executor words it
-			// ("MountVolume.SetUp failed for volume ...").
-			for _, e := range joined(err) {
-				var uv *volumes.UnprocessedVolumesError
-				if errors.As(e, &uv) {
-					m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
-					if len(uv.Unattached) > 0 {
-						// The attach/detach controller usually attaches within
-						// seconds: look again soon, as upstream's mount wait polls,
-						// not after the error back-off.
-						res.RequeueAfter = attachRecheck
-					}
-					continue
-				}
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
-			}
-			return res, fmt.Errorf("setting up volumes: %w", err)
-		}
-		// A refresh failed, the earlier content stays: the pod goes on, as
-		// upstream's does when a remount fails, and the next sync tries again.
-		for _, e := range joined(err) {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
-		}
-		logger.Error(err, "Refreshing volumes failed; their earlier content stays")
+	if acts.CreateSandbox && len(st.Sandboxes) > 0 {
+		m.deps.Recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
-	// Resize before anything starts, as upstream: a container restarted for its
-	// resize starts in the resized pod cgroup.
-	var errs []error
-	if !acts.CreateSandbox && acts.Resize.Needed() {
-		res.Resized = true
-		start := m.clock.Now()
-		err := m.resizePod(ctx, pod, acts.SandboxID, acts.Resize)
-		res.ResizeDuration = m.clock.Since(start)
-		if err != nil {
-			logger.Error(err, "Resizing pod failed; the next sync tries again")
-			res.ResizeErr = err
-			errs = append(errs, fmt.Errorf("resizing pod: %w", err))
-		}
+	if err := m.killPod(ctx, pod, st, nil, killed); err != nil {
+		return true, fmt.Errorf("killing pod before recreating its sandbox: %w", err)
 	}
-	if !acts.CreateSandbox && len(acts.StartInit) == 0 && len(acts.StartContainers) == 0 && len(acts.StartEphemeral) == 0 {
-		return res, errors.Join(errs...)
+	s.res.Changed = true
+	if !acts.CreateSandbox {
+		return true, nil
 	}
+	m.purgeInitContainers(ctx, pod, st)
+	return false, nil
+}
 
-	sandboxID := acts.SandboxID
+// setUpVolumes sets the pod's volumes up. Every sync does, not only the one
+// that starts containers: as upstream's volume manager remounts on each pod
+// sync, this is what brings changed configMaps, secrets, labels and
+// annotations into running pods (periodic resyncs and pod updates).
+// Unchanged content is not rewritten.
+func (m *Manager) setUpVolumes(ctx context.Context, s *podSync) error {
+	pod := s.pod
+	vols, err := m.deps.Volumes.SetUpPod(ctx, pod)
+	s.vols = vols
+	if err == nil {
+		return nil
+	}
+	if !volumes.OnlyKeptContent(err) {
+		// Claims that could not be processed get upstream's "Unable to
+		// attach or mount volumes" message; each other volume its own
+		// event, worded as upstream's operation executor words it
+		// ("MountVolume.SetUp failed for volume ...").
+		for _, e := range joined(err) {
+			var uv *volumes.UnprocessedVolumesError
+			if errors.As(e, &uv) {
+				m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: %v", uv)
+				if len(uv.Unattached) > 0 {
+					// The attach/detach controller usually attaches within
+					// seconds: look again soon, as upstream's mount wait polls,
+					// not after the error back-off.
+					s.res.RequeueAfter = attachRecheck
+				}
+				continue
+			}
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
+		}
+		return fmt.Errorf("setting up volumes: %w", err)
+	}
+	// A refresh failed, the earlier content stays: the pod goes on, as
+	// upstream's does when a remount fails, and the next sync tries again.
+	for _, e := range joined(err) {
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "%v", e)
+	}
+	s.logger.Error(err, "Refreshing volumes failed; their earlier content stays")
+	return nil
+}
+
+// resizeForPlan resizes the pod in place before anything starts, as
+// upstream: a container restarted for its resize starts in the resized pod
+// cgroup. A failure does not end the sync; the next one tries again.
+func (m *Manager) resizeForPlan(ctx context.Context, s *podSync) {
+	if s.acts.CreateSandbox || !s.acts.Resize.Needed() {
+		return
+	}
+	s.res.Resized = true
+	start := m.deps.Clock.Now()
+	err := m.resizePod(ctx, s.pod, s.acts.SandboxID, s.acts.Resize)
+	s.res.ResizeDuration = m.deps.Clock.Since(start)
+	if err != nil {
+		s.logger.Error(err, "Resizing pod failed; the next sync tries again")
+		s.res.ResizeErr = err
+		s.errs = append(s.errs, fmt.Errorf("resizing pod: %w", err))
+	}
+}
+
+// ensureSandbox builds the sandbox config the containers start with and, when
+// the plan says so, creates the sandbox (its claims, log directory and pod
+// cgroup first); it sets the pod's IPs.
+func (m *Manager) ensureSandbox(ctx context.Context, s *podSync) error {
+	pod, st, acts := s.pod, s.st, s.acts
 	attempt := uint32(0)
 	if len(st.Sandboxes) > 0 {
 		attempt = st.Sandboxes[0].GetMetadata().GetAttempt()
@@ -416,13 +500,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 	if acts.CreateSandbox {
 		attempt = acts.Attempt
 	}
-	if acts.CreateSandbox && m.cfg.DynamicResources != nil {
+	if acts.CreateSandbox && m.deps.DynamicResources != nil {
 		// As upstream: the claims are prepared before the sandbox, and a pod
 		// whose claims cannot be prepared waits with this event.
-		if err := m.cfg.DynamicResources.PrepareResources(ctx, pod); err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
-			logger.Error(err, "Failed to prepare dynamic resources")
-			return res, err
+		if err := m.deps.DynamicResources.PrepareResources(ctx, pod); err != nil {
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
+			s.logger.Error(err, "Failed to prepare dynamic resources")
+			return err
 		}
 	}
 	handler, sbCfg, err := m.podSandboxConfig(ctx, pod, attempt)
@@ -431,115 +515,135 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus) 
 		// stays Pending and is synced again; starting containers in an
 		// existing sandbox fails with the error alone.
 		if acts.CreateSandbox {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			return res, fmt.Errorf("%s: %w", errCreatePodSandbox, err)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			return fmt.Errorf("%s: %w", errCreatePodSandbox, err)
 		}
-		return res, fmt.Errorf("%s: %w", errConfigPodSandbox, err)
+		return fmt.Errorf("%s: %w", errConfigPodSandbox, err)
 	}
-	podIPs := st.IPs
+	s.sbCfg = sbCfg
+	s.podIPs = st.IPs
 	if acts.CreateSandbox {
-		if err := os.MkdirAll(sbCfg.LogDirectory, 0o755); err != nil {
-			return res, fmt.Errorf("creating pod log directory: %w", err)
+		if err := m.createSandbox(ctx, s, handler, attempt); err != nil {
+			return err
 		}
-		if pc := m.cfg.PodCgroups; pc != nil {
-			if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
-				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
-				return res, fmt.Errorf("creating pod cgroup: %w", err)
-			}
-		}
-		if handler != "" {
-			logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
-		}
-		release, err := m.startSlots.acquire(ctx, false)
-		if err != nil {
-			return res, fmt.Errorf("waiting to create the pod sandbox: %w", err)
-		}
-		id, err := m.rt.RunPodSandbox(ctx, sbCfg, handler)
-		release()
-		if err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			return res, fmt.Errorf("creating pod sandbox: %w", err)
-		}
-		sandboxID = id
-		res.Changed = true
-		logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
-		resp, err := m.rt.PodSandboxStatus(ctx, id, false)
-		if err != nil {
-			return res, fmt.Errorf("reading status of new sandbox %s: %w", id, err)
-		}
-		podIPs = sandboxIPs(resp.GetStatus())
 	}
 	if pod.Spec.HostNetwork {
-		podIPs = m.node().HostIPs
+		s.podIPs = m.deps.Node().HostIPs
 	}
-	if err := m.writeHostsFile(pod, podIPs); err != nil {
-		return res, err
-	}
+	return nil
+}
 
-	imageVolumeFailures := m.pullImageVolumes(ctx, pod, vols, sbCfg)
-	start := func(c *v1.Container, targetID string) error {
-		if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
-			// As its own image would: the container waits with the pull's reason.
-			res.Waiting[c.Name] = f.waiting
-			if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-				res.RequeueAfter = d
-			}
-			return f.err
-		}
-		w, err := m.startContainer(ctx, pod, st, c, targetID, sandboxID, sbCfg, vols, podIPs)
-		if errors.Is(err, errLeftoverBusy) {
-			// Not a failure: the runtime is still starting the earlier instance.
-			// No new one is made meanwhile; the pod is synced again shortly.
-			if res.RequeueAfter == 0 || leftoverRetry < res.RequeueAfter {
-				res.RequeueAfter = leftoverRetry
-			}
-			return nil
-		}
-		if w == nil && err == nil {
-			res.Changed = true
-		}
-		if w != nil {
-			res.Waiting[c.Name] = *w
-			if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
-				if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-					res.RequeueAfter = d
-				}
-			}
-		}
-		return err
+// createSandbox runs the pod's new sandbox from s.sbCfg and reads its IPs.
+func (m *Manager) createSandbox(ctx context.Context, s *podSync, handler string, attempt uint32) error {
+	pod := s.pod
+	if err := os.MkdirAll(s.sbCfg.LogDirectory, 0o755); err != nil {
+		return fmt.Errorf("creating pod log directory: %w", err)
 	}
-	// Ephemeral containers first, as upstream: one that fails to start holds up
-	// no one, and an init container that fails does not keep the debugger out.
+	if pc := m.deps.PodCgroups; pc != nil {
+		if err := pc.EnsurePodCgroup(ctx, pod); err != nil {
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
+			return fmt.Errorf("creating pod cgroup: %w", err)
+		}
+	}
+	if handler != "" {
+		s.logger.V(2).Info("Running pod with runtime handler", "runtimeHandler", handler)
+	}
+	release, err := m.startSlots.acquire(ctx, false)
+	if err != nil {
+		return fmt.Errorf("waiting to create the pod sandbox: %w", err)
+	}
+	id, err := m.deps.Runtime.RunPodSandbox(ctx, s.sbCfg, handler)
+	release()
+	if err != nil {
+		m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		return fmt.Errorf("creating pod sandbox: %w", err)
+	}
+	s.sandboxID = id
+	s.res.Changed = true
+	s.logger.V(2).Info("Created pod sandbox", "sandboxID", id, "attempt", attempt)
+	resp, err := m.deps.Runtime.PodSandboxStatus(ctx, id, false)
+	if err != nil {
+		return fmt.Errorf("reading status of new sandbox %s: %w", id, err)
+	}
+	s.podIPs = sandboxIPs(resp.GetStatus())
+	return nil
+}
+
+// startForPlan starts the plan's containers: ephemeral ones first, as
+// upstream (one that fails to start holds up no one, and an init container
+// that fails does not keep the debugger out), then init containers in order
+// (nothing after a regular one that failed), then app containers.
+func (m *Manager) startForPlan(ctx context.Context, s *podSync) {
+	pod, acts := s.pod, s.acts
+	imageVolumeFailures := m.pullImageVolumes(ctx, pod, s.vols, s.sbCfg)
+	start := func(c *v1.Container, targetID string) error {
+		return m.startOne(ctx, s, c, targetID, imageVolumeFailures)
+	}
 	for _, i := range acts.StartEphemeral {
 		ec := &pod.Spec.EphemeralContainers[i]
 		c := v1.Container(ec.EphemeralContainerCommon)
-		target, err := EphemeralTarget(ec, st)
+		target, err := EphemeralTarget(ec, s.st)
 		if err != nil {
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-			res.Waiting[c.Name] = podstatus.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
-			errs = append(errs, fmt.Errorf("starting ephemeral container %s: %w", c.Name, err))
+			w, err := m.configFailed(pod, configErrorf(err, "starting ephemeral container %s", c.Name))
+			s.res.Waiting[c.Name] = *w
+			s.errs = append(s.errs, err)
 			continue
 		}
 		if err := start(&c, target); err != nil {
-			errs = append(errs, err)
+			s.errs = append(s.errs, err)
 		}
 	}
 	for _, i := range acts.StartInit {
 		c := &pod.Spec.InitContainers[i]
 		if err := start(c, ""); err != nil {
+			s.errs = append(s.errs, err)
 			if !podutil.IsRestartableInitContainer(c) {
 				// Nothing after an init container may start before it succeeded.
-				return res, errors.Join(append(errs, err)...)
+				return
 			}
-			errs = append(errs, err) // a sidecar that failed to start holds up no one
+			// A sidecar that failed to start holds up no one.
 		}
 	}
 	for _, i := range acts.StartContainers {
 		if err := start(&pod.Spec.Containers[i], ""); err != nil {
-			errs = append(errs, err)
+			s.errs = append(s.errs, err)
 		}
 	}
-	return res, errors.Join(errs...)
+}
+
+// startOne starts container c and records in s.res what came of it: its
+// waiting state, a requeue for its image's back-off or a busy leftover.
+func (m *Manager) startOne(ctx context.Context, s *podSync, c *v1.Container, targetID string, imageVolumeFailures map[string]imageVolumeFailure) error {
+	pod, res := s.pod, &s.res
+	if f, blocked := imageVolumeBlocking(c, imageVolumeFailures); blocked {
+		// As its own image would: the container waits with the pull's reason.
+		res.Waiting[c.Name] = f.waiting
+		if d := m.imageBackoff.Get(imageBackoffKey(pod, f.image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+			res.RequeueAfter = d
+		}
+		return f.err
+	}
+	w, err := m.startContainer(ctx, pod, s.st, c, targetID, s.sandboxID, s.sbCfg, s.vols, s.podIPs)
+	if errors.Is(err, errLeftoverBusy) {
+		// Not a failure: the runtime is still starting the earlier instance.
+		// No new one is made meanwhile; the pod is synced again shortly.
+		if res.RequeueAfter == 0 || leftoverRetry < res.RequeueAfter {
+			res.RequeueAfter = leftoverRetry
+		}
+		return nil
+	}
+	if w == nil && err == nil {
+		res.Changed = true
+	}
+	if w != nil {
+		res.Waiting[c.Name] = *w
+		if w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" {
+			if d := m.imageBackoff.Get(imageBackoffKey(pod, c.Image)); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				res.RequeueAfter = d
+			}
+		}
+	}
+	return err
 }
 
 // purgeInitContainers removes every init container of the pod before its new
@@ -555,7 +659,7 @@ func (m *Manager) purgeInitContainers(ctx context.Context, pod *v1.Pod, st *pleg
 		if !inits[containerName(c)] {
 			continue
 		}
-		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
 			klog.FromContext(ctx).Error(err, "Removing init container before recreating the sandbox", "pod", klog.KObj(pod), "containerID", c.Id)
 		}
 	}
@@ -585,7 +689,7 @@ const (
 // what that handler supports.
 func (m *Manager) podSandboxConfig(ctx context.Context, pod *v1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	handler := ""
-	if rc := m.cfg.RuntimeClasses; rc != nil {
+	if rc := m.deps.RuntimeClasses; rc != nil {
 		h, err := rc.LookupRuntimeHandler(ctx, pod.Spec.RuntimeClassName)
 		if err != nil {
 			return "", nil, err
@@ -608,8 +712,8 @@ func (m *Manager) podSandboxConfig(ctx context.Context, pod *v1.Pod, attempt uin
 // when there is no manager, which then refuses hostUsers: false rather than
 // run the pod in the host user namespace.
 func (m *Manager) userNamespace(pod *v1.Pod, handler string) (*runtimeapi.UserNamespace, error) {
-	if m.cfg.UserNamespaces != nil {
-		return m.cfg.UserNamespaces.GetOrCreateUserNamespaceMappings(pod, handler)
+	if m.deps.UserNamespaces != nil {
+		return m.deps.UserNamespaces.GetOrCreateUserNamespaceMappings(pod, handler)
 	}
 	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
 		return nil, errors.New("can't set `spec.hostUsers: false`: nodelet has no user namespace manager")
@@ -659,7 +763,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 
 func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, graceOverride *int64, skip map[string]bool) error {
 	grace := gracePeriod(pod, graceOverride)
-	start := m.clock.Now()
+	start := m.deps.Clock.Now()
 	podIP := firstIP(m.podIPs(pod, st))
 	sidecarOrder := map[string]int{}
 	for i := range pod.Spec.InitContainers {
@@ -697,7 +801,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 	}
 	wg.Wait()
 	for _, c := range sidecars {
-		left := grace - int64(m.clock.Since(start).Seconds())
+		left := grace - int64(m.deps.Clock.Since(start).Seconds())
 		if left < minimumGracePeriod {
 			left = minimumGracePeriod
 		}
@@ -709,7 +813,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 		if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
 			continue
 		}
-		if err := m.rt.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("stopping sandbox %s: %w", sb.Id, err))
 		}
 	}
@@ -719,7 +823,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, st *pleg.PodStatus, 
 // podIPs are the addresses hooks reach the pod at: the node's for host-network pods.
 func (m *Manager) podIPs(pod *v1.Pod, st *pleg.PodStatus) []string {
 	if pod.Spec.HostNetwork {
-		return m.node().HostIPs
+		return m.deps.Node().HostIPs
 	}
 	return st.IPs
 }
@@ -734,30 +838,30 @@ func firstIP(ips []string) string {
 // RemovePod removes every container and sandbox of a pod that is gone for good,
 // plus its log directory and pod directory (after volumes were torn down).
 func (m *Manager) RemovePod(ctx context.Context, uid types.UID, st *pleg.PodStatus, logDir string) error {
-	if m.cfg.CPUs != nil {
-		m.cfg.CPUs.RemovePod(ctx, uid)
+	if m.deps.CPUs != nil {
+		m.deps.CPUs.RemovePod(ctx, uid)
 	}
-	if m.cfg.Memory != nil {
-		m.cfg.Memory.RemovePod(ctx, uid)
+	if m.deps.Memory != nil {
+		m.deps.Memory.RemovePod(ctx, uid)
 	}
 	var errs []error
 	for _, c := range st.Containers {
-		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", c.Id, err))
 		}
 	}
 	for _, sb := range st.Sandboxes {
-		if err := m.rt.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+		if err := m.deps.Runtime.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
 	}
-	if m.cfg.UserNamespaces != nil && len(errs) == 0 {
+	if m.deps.UserNamespaces != nil && len(errs) == 0 {
 		// Nothing of the pod is left in the runtime, so its host IDs may go
 		// to another pod. Its file is in the pod directory, which goes below.
-		m.cfg.UserNamespaces.Release(ctx, uid)
+		m.deps.UserNamespaces.Release(ctx, uid)
 	}
-	m.actuated.RemovePod(uid)
-	if err := m.vols.TearDownSubPaths(ctx, uid); err != nil {
+	m.deps.Actuated.RemovePod(uid)
+	if err := m.deps.Volumes.TearDownSubPaths(ctx, uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing volume sub paths: %w", err))
 	}
 	if logDir != "" {

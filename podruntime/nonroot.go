@@ -83,7 +83,7 @@ func verifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, uid *int64, username strin
 // upstream, it is asked for every container start: the answer is both the
 // runAsNonRoot check's and the security context's when runAsUser is unset.
 func (m *Manager) imageUserOf(ctx context.Context, c *v1.Container, imageRef string) (imageUserInfo, error) {
-	resp, err := m.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image}, false)
+	resp, err := m.deps.Images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image}, false)
 	if err != nil {
 		return imageUserInfo{}, fmt.Errorf("reading the user of image %s: %w", c.Image, err)
 	}

@@ -89,8 +89,7 @@ func TestImageUser(t *testing.T) {
 func (r *syncRig) managerWithEvents() (*Manager, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(1000)
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
-	return New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-		rec, clock.RealClock{}), rec
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clock.RealClock{}}), rec
 }
 
 // A container with runAsNonRoot whose image runs as root is never created: it

@@ -20,8 +20,8 @@ func (f failingPodCgroups) EnsurePodCgroup(context.Context, *v1.Pod) error { ret
 func TestPodCgroupFailureEvent(t *testing.T) {
 	r := newSyncRig(t)
 	rec := record.NewFakeRecorder(10)
-	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), PodCgroups: failingPodCgroups{errors.New("no memory controller")}}
-	m := New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} }, rec, clock.RealClock{})
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
+	m := New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clock.RealClock{}, PodCgroups: failingPodCgroups{errors.New("no memory controller")}})
 	pod := syncPod("cg", v1.RestartPolicyAlways, nil, "app")
 	if _, err := m.SyncPod(context.Background(), pod, r.status(pod)); err == nil {
 		t.Fatal("SyncPod succeeded without the pod cgroup")

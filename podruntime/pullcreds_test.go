@@ -87,8 +87,8 @@ func (r *privateRegistryRig) manager(policy kubeletconfigv1beta1.ImagePullCreden
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), PullRecords: recs}
-	return New(cfg, r.client, r.client, noVolumes{}, r.secrets, func() NodeFacts { return NodeFacts{Name: "node1"} }, r.rec, clock.RealClock{})
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: r.secrets, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: r.rec, Clock: clock.RealClock{}, PullRecords: recs})
 }
 
 type syncOutcome struct {

@@ -39,8 +39,7 @@ func TestRegistryPullQPS(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
 		rec := record.NewFakeRecorder(1000)
 		root := t.TempDir()
-		m := New(Config{RootDir: root, PodLogsDir: filepath.Join(root, "logs"), RegistryPullQPS: qps, RegistryBurst: burst},
-			client, client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} }, rec, clk)
+		m := New(Config{RootDir: root, PodLogsDir: filepath.Join(root, "logs"), RegistryPullQPS: qps, RegistryBurst: burst}, Deps{Runtime: client, Images: client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clk})
 		n := 0
 		return func() outcome {
 			n++

@@ -204,10 +204,10 @@ func parseDockerConfig(s *v1.Secret) (map[string]dockerConfigEntry, error) {
 // orders them: node credentials, recorded by pull records as accessible to
 // every pod on the node.
 func (m *Manager) providerCredentials(ctx context.Context, image string) []trackedAuth {
-	if m.cfg.CredentialProviders == nil {
+	if m.deps.CredentialProviders == nil {
 		return nil
 	}
-	creds := m.cfg.CredentialProviders.Provide(ctx, normalizeRepo(image))
+	creds := m.deps.CredentialProviders.Provide(ctx, normalizeRepo(image))
 	if len(creds) == 0 {
 		return nil
 	}
@@ -227,7 +227,7 @@ func (m *Manager) providerCredentials(ctx context.Context, image string) []track
 // apply to image. Missing or malformed secrets are skipped (upstream pulls
 // without them) but reported, so a typo in a secret name is visible.
 func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string) []trackedAuth {
-	if len(pod.Spec.ImagePullSecrets) == 0 || m.env == nil {
+	if len(pod.Spec.ImagePullSecrets) == 0 || m.deps.Env == nil {
 		return nil
 	}
 	var k keyring
@@ -235,13 +235,13 @@ func (m *Manager) pullCredentials(ctx context.Context, pod *v1.Pod, image string
 		if ref.Name == "" {
 			continue
 		}
-		s, err := m.env.Secret(ctx, pod.Namespace, ref.Name)
+		s, err := m.deps.Env.Secret(ctx, pod.Namespace, ref.Name)
 		if err == nil && s == nil {
 			err = apierrors.NewNotFound(v1.Resource("secrets"), ref.Name)
 		}
 		if err != nil {
 			klog.InfoS("Unable to retrieve pull secret, the image pull may not succeed", "pod", klog.KObj(pod), "secret", klog.KRef(pod.Namespace, ref.Name), "err", err)
-			m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", ref.Name)
+			m.deps.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", ref.Name)
 			continue
 		}
 		cfg, err := parseDockerConfig(s)

@@ -221,7 +221,7 @@ func TestEnsureImagePassesPullSecrets(t *testing.T) {
 				img.accept[u] = true
 			}
 			rec := record.NewFakeRecorder(100)
-			m := New(Config{}, nil, img, nil, secrets, func() NodeFacts { return NodeFacts{} }, rec, clocktesting.NewFakeClock(time.Unix(0, 0)))
+			m := New(Config{}, Deps{Images: img, Env: secrets, Node: func() NodeFacts { return NodeFacts{} }, Recorder: rec, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
 			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"}}
 			for _, s := range tt.secrets {
 				pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, v1.LocalObjectReference{Name: s})

@@ -99,11 +99,11 @@ func (p *ResizePlan) add(name v1.ResourceName, u *ContainerResize, desired, curr
 // resizePolicy is RestartContainer), in which case it is put in
 // KillContainers and the caller starts it again; mayRestart false (a regular
 // init container, which validation keeps from RestartContainer) never asks it.
-func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.ContainerStatus, actuated ActuatedFunc, mayRestart bool) bool {
+func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.ContainerStatus, actuated map[string]v1.ResourceRequirements, mayRestart bool) bool {
 	if actuated == nil || prev.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return false
 	}
-	got, _ := actuated(c.Name)
+	got := actuated[c.Name]
 	desired, current := valuesOf(c.Resources), valuesOf(got)
 	if desired == current {
 		return false
@@ -142,12 +142,12 @@ func (a *Actions) planContainerResize(c *v1.Container, prev *runtimeapi.Containe
 
 // startingResized says whether a container about to (re)start last ran with
 // other resources than allocated: the pod cgroup must follow first.
-func startingResized(containers []v1.Container, start []int, actuated ActuatedFunc) bool {
+func startingResized(containers []v1.Container, start []int, actuated map[string]v1.ResourceRequirements) bool {
 	if actuated == nil {
 		return false
 	}
 	for _, i := range start {
-		got, _ := actuated(containers[i].Name)
+		got := actuated[containers[i].Name]
 		if valuesOf(containers[i].Resources) != valuesOf(got) {
 			return true
 		}
@@ -276,17 +276,17 @@ func memoryDecreases(cur, want cgroups.ResourceConfig, plan ResizePlan, havePod 
 
 // actuatedFor gives the actuated resources of pod's containers.
 func (m *Manager) actuatedFor(uid types.UID) ActuatedFunc {
-	return func(name string) (v1.ResourceRequirements, bool) { return m.actuated.Container(uid, name) }
+	return func(name string) (v1.ResourceRequirements, bool) { return m.deps.Actuated.Container(uid, name) }
 }
 
 // initActuated records the pod's allocation as actuated when nothing is
 // recorded for it (a pod nodelet adopts from a runtime it did not tell): as
 // upstream, its running containers are taken to run with what was allocated.
 func (m *Manager) initActuated(ctx context.Context, pod *v1.Pod) {
-	if _, ok := m.actuated.Pod(pod.UID); ok {
+	if _, ok := m.deps.Actuated.Pod(pod.UID); ok {
 		return
 	}
-	if err := m.actuated.SetPod(pod.UID, allocation.ResourceInfoForPod(pod)); err != nil {
+	if err := m.deps.Actuated.SetPod(pod.UID, allocation.ResourceInfoForPod(pod)); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to initialize the actuated resources checkpoint", "pod", klog.KObj(pod))
 	}
 }
@@ -296,7 +296,7 @@ func (m *Manager) initActuated(ctx context.Context, pod *v1.Pod) {
 // (the next sync tries again from where the runtime is).
 func (m *Manager) resizePod(ctx context.Context, pod *v1.Pod, sandboxID string, plan ResizePlan) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
-	pcg := m.cfg.PodResize
+	pcg := m.deps.PodResize
 	var cur, want cgroups.ResourceConfig
 	if pcg != nil {
 		var err error
@@ -319,7 +319,7 @@ func (m *Manager) resizePod(ctx context.Context, pod *v1.Pod, sandboxID string, 
 			if u.Name != checks[i].name {
 				continue
 			}
-			if st, err := m.rt.ContainerStats(ctx, u.ID); err == nil && st.GetMemory().GetUsageBytes() != nil {
+			if st, err := m.deps.Runtime.ContainerStats(ctx, u.ID); err == nil && st.GetMemory().GetUsageBytes() != nil {
 				v := int64(st.GetMemory().GetUsageBytes().GetValue())
 				checks[i].usage = &v
 			}
@@ -372,10 +372,10 @@ func (m *Manager) updateContainerResources(ctx context.Context, pod *v1.Pod, nam
 		v1.ResourceMemory: *resource.NewQuantity(mem.memRequest, resource.BinarySI),
 	}
 	res, _ := cgroups.ContainerResources(pod, c, m.memoryCapacity(), m.cfg.Resources)
-	if err := m.rt.UpdateContainerResources(ctx, u.ID, &runtimeapi.ContainerResources{Linux: res}); err != nil {
+	if err := m.deps.Runtime.UpdateContainerResources(ctx, u.ID, &runtimeapi.ContainerResources{Linux: res}); err != nil {
 		return fmt.Errorf("updating %s of container %s: %w", name, u.Name, err)
 	}
-	if err := m.actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
+	if err := m.deps.Actuated.SetContainer(pod.UID, c.Name, c.Resources); err != nil {
 		return fmt.Errorf("recording the actuated resources of container %s: %w", u.Name, err)
 	}
 	// The runtime took it: the next resource starts from here.
@@ -434,7 +434,7 @@ func (m *Manager) notifySandbox(ctx context.Context, sandboxID string, pod *v1.P
 			res.CpuQuota = max(res.CpuQuota-overhead.CpuQuota, 0)
 		}
 	}
-	_, err := m.rt.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{
+	_, err := m.deps.Runtime.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{
 		PodSandboxId: sandboxID, Overhead: overhead, Resources: res,
 	})
 	if err == nil {

@@ -72,10 +72,9 @@ func newResizeRig(t *testing.T) *resizeRig {
 }
 
 func (r *resizeRig) manager() *Manager {
-	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), Actuated: r.actuated, PodResize: r.pcg,
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"),
 		Resources: cgroups.ResourceOptions{CPUCFSQuota: true}}
-	return New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1", MemoryCapacity: 8 << 30} },
-		r.rec, clock.RealClock{})
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1", MemoryCapacity: 8 << 30} }, Recorder: r.rec, Clock: clock.RealClock{}, Actuated: r.actuated, PodResize: r.pcg})
 }
 
 func resizePod(policy []v1.ContainerResizePolicy, res v1.ResourceRequirements) *v1.Pod {

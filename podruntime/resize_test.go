@@ -1,6 +1,7 @@
 package podruntime
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -138,14 +139,12 @@ func TestComputeResizeActions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := resizeFixture(t, tc.alloc, tc.policies, tc.states, tc.inits...)
-			var actuated ActuatedFunc = func(name string) (v1.ResourceRequirements, bool) {
-				r, ok := tc.ran[name]
-				return r, ok
-			}
+			actuated := map[string]v1.ResourceRequirements{} // nil would resize nothing
+			maps.Copy(actuated, tc.ran)
 			if tc.noRecord {
 				actuated = nil
 			}
-			a := ComputeActionsWithResize(f.pod, f.st, nil, t0, nil, actuated)
+			a := ComputeActions(Facts{Pod: f.pod, Status: f.st, Now: t0, Actuated: actuated})
 			if got := names(a.Resize.Memory); !slices.Equal(got, tc.wantMemory) {
 				t.Errorf("memory updates = %v, want %v", got, tc.wantMemory)
 			}

@@ -34,11 +34,14 @@ func (f fakeClasses) LookupRuntimeHandler(_ context.Context, name *string) (stri
 	return h, nil
 }
 
-func (r *syncRig) managerWithConfig(cfg Config) (*Manager, *record.FakeRecorder) {
+// managerWithDeps is a Manager with the optional collaborators of deps.
+func (r *syncRig) managerWithDeps(deps Deps) (*Manager, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(1000)
-	cfg.RootDir, cfg.PodLogsDir = r.root, filepath.Join(r.root, "logs")
-	return New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-		rec, clock.RealClock{}), rec
+	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
+	deps.Runtime, deps.Images, deps.Volumes, deps.Env = r.client, r.client, noVolumes{}, fakeSecrets{}
+	deps.Node = func() NodeFacts { return NodeFacts{Name: "node1"} }
+	deps.Recorder, deps.Clock = rec, clock.RealClock{}
+	return New(cfg, deps), rec
 }
 
 // A pod's RuntimeClass picks the handler its sandbox runs with; a class that
@@ -48,7 +51,7 @@ func TestRuntimeClassHandlerAndMissingClass(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
 	classes := fakeClasses{"test": "runc-test"}
-	m, rec := r.managerWithConfig(Config{RuntimeClasses: classes})
+	m, rec := r.managerWithDeps(Deps{RuntimeClasses: classes})
 
 	pod := syncPod("rc", v1.RestartPolicyAlways, nil, "app")
 	pod.Spec.RuntimeClassName = ptr.To("test")
@@ -99,7 +102,7 @@ func TestRuntimeClassHandlerAndMissingClass(t *testing.T) {
 // up and the default handler runs the pod, as upstream's kubelet without a client.
 func TestRuntimeClassWithoutAPIServerUsesTheDefaultHandler(t *testing.T) {
 	r := newSyncRig(t)
-	m, _ := r.managerWithConfig(Config{})
+	m, _ := r.managerWithDeps(Deps{})
 	pod := syncPod("static", v1.RestartPolicyAlways, nil, "app")
 	pod.Spec.RuntimeClassName = ptr.To("anything")
 	if _, err := m.SyncPod(context.Background(), pod, r.status(pod)); err != nil {
@@ -114,7 +117,7 @@ func TestRuntimeClassWithoutAPIServerUsesTheDefaultHandler(t *testing.T) {
 // own resources, as upstream's sandbox config carries both.
 func TestSandboxConfigCarriesOverhead(t *testing.T) {
 	r := newSyncRig(t)
-	m, _ := r.managerWithConfig(Config{})
+	m, _ := r.managerWithDeps(Deps{})
 	pod := syncPod("overhead", v1.RestartPolicyAlways, nil, "app")
 	pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
 	pod.Spec.Overhead = v1.ResourceList{v1.ResourceMemory: resource.MustParse("32Mi"), v1.ResourceCPU: resource.MustParse("250m")}
@@ -158,7 +161,7 @@ func TestUserNamespacePassedToSandboxAndContainers(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
 	um := usernsManager(t, r.root, usernsHandler("", true))
-	m, _ := r.managerWithConfig(Config{UserNamespaces: um})
+	m, _ := r.managerWithDeps(Deps{UserNamespaces: um})
 
 	pod := syncPod("userns", v1.RestartPolicyAlways, nil, "app")
 	pod.Spec.HostUsers = ptr.To(false)
@@ -232,7 +235,7 @@ func TestUserNamespaceRefusedWithoutRuntimeSupport(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newSyncRig(t)
-			m, rec := r.managerWithConfig(Config{UserNamespaces: usernsManager(t, r.root, tc.handlers...), RuntimeClasses: fakeClasses{"test": "runc-test"}})
+			m, rec := r.managerWithDeps(Deps{UserNamespaces: usernsManager(t, r.root, tc.handlers...), RuntimeClasses: fakeClasses{"test": "runc-test"}})
 			pod := syncPod("refused", v1.RestartPolicyAlways, nil, "app")
 			pod.Spec.HostUsers = ptr.To(false)
 			pod.Spec.RuntimeClassName = tc.class
@@ -253,7 +256,7 @@ func TestUserNamespaceRefusedWithoutRuntimeSupport(t *testing.T) {
 // run in the host user namespace.
 func TestUserNamespaceWithoutManagerIsRefused(t *testing.T) {
 	r := newSyncRig(t)
-	m, _ := r.managerWithConfig(Config{})
+	m, _ := r.managerWithDeps(Deps{})
 	pod := syncPod("nomgr", v1.RestartPolicyAlways, nil, "app")
 	pod.Spec.HostUsers = ptr.To(false)
 	_, err := m.SyncPod(context.Background(), pod, r.status(pod))

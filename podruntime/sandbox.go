@@ -78,7 +78,7 @@ func (m *Manager) SandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSan
 	if err != nil {
 		return nil, err
 	}
-	linux := &runtimeapi.LinuxPodSandboxConfig{SecurityContext: sc, CgroupParent: m.cfg.CgroupParent(pod)}
+	linux := &runtimeapi.LinuxPodSandboxConfig{SecurityContext: sc, CgroupParent: m.cgroupParent(pod)}
 	if psc := pod.Spec.SecurityContext; psc != nil && len(psc.Sysctls) > 0 {
 		linux.Sysctls = map[string]string{}
 		for _, s := range psc.Sysctls {

@@ -53,8 +53,7 @@ func TestRuntimeStartsAreBounded(t *testing.T) {
 			r := newSyncRig(t)
 			gate := &gatedStarts{Runtime: r.client, open: make(chan struct{})}
 			cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), MaxRuntimeStarts: bound}
-			m := New(cfg, gate, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-				record.NewFakeRecorder(1000), clock.RealClock{})
+			m := New(cfg, Deps{Runtime: gate, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: record.NewFakeRecorder(1000), Clock: clock.RealClock{}})
 			const pods = 5
 			var wg sync.WaitGroup
 			errs := make(chan error, pods)
@@ -93,8 +92,7 @@ func TestRuntimeStartsAreBounded(t *testing.T) {
 func TestRuntimeStartWaitEndsWithItsSync(t *testing.T) {
 	r := newSyncRig(t)
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs"), MaxRuntimeStarts: 1}
-	m := New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-		record.NewFakeRecorder(1000), clock.RealClock{})
+	m := New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: record.NewFakeRecorder(1000), Clock: clock.RealClock{}})
 	release, err := m.startSlots.acquire(context.Background(), false) // the one slot is taken
 	if err != nil {
 		t.Fatal(err)

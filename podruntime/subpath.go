@@ -76,7 +76,7 @@ func (e *subPathError) Unwrap() error { return e.err }
 // returns that path.
 func (m *Manager) prepareSubPath(ctx context.Context, pod *v1.Pod, c *v1.Container, index int, hv volumes.HostVolume, sub string) (string, error) {
 	vm := &c.VolumeMounts[index]
-	p, err := m.vols.PrepareSubPath(ctx, pod, hv, volumes.SubPath{Volume: vm.Name, Container: c.Name, Index: index, Path: sub})
+	p, err := m.deps.Volumes.PrepareSubPath(ctx, pod, hv, volumes.SubPath{Volume: vm.Name, Container: c.Name, Index: index, Path: sub})
 	if err == nil {
 		return p, nil
 	}

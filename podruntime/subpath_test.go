@@ -43,7 +43,7 @@ func newVolumeRig(t *testing.T) *volumeRig {
 	t.Cleanup(func() { _, _ = mountutil.UnmountAllUnder(root) })
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	vols := volumes.NewManager(root, nil, clk)
-	m := New(Config{RootDir: root}, nil, nil, vols, nil, func() NodeFacts { return NodeFacts{} }, record.NewFakeRecorder(100), clk)
+	m := New(Config{RootDir: root}, Deps{Volumes: vols, Node: func() NodeFacts { return NodeFacts{} }, Recorder: record.NewFakeRecorder(100), Clock: clk})
 	return &volumeRig{m: m, vols: vols, root: root}
 }
 

@@ -52,8 +52,7 @@ func newSyncRig(t *testing.T) *syncRig {
 // manager is a fresh Manager, as after a nodelet start.
 func (r *syncRig) manager() *Manager {
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
-	return New(cfg, r.client, r.client, noVolumes{}, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-		record.NewFakeRecorder(1000), clock.RealClock{})
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: record.NewFakeRecorder(1000), Clock: clock.RealClock{}})
 }
 
 func (r *syncRig) status(pod *v1.Pod) *pleg.PodStatus {
@@ -428,8 +427,7 @@ func TestNetworkNotReadyHoldsPodNetworkPods(t *testing.T) {
 	nerr := "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
 	facts := NodeFacts{Name: "node1"}
 	rec := record.NewFakeRecorder(100)
-	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, r.client, r.client, noVolumes{}, fakeSecrets{},
-		func() NodeFacts { return facts }, rec, clock.RealClock{})
+	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return facts }, Recorder: rec, Clock: clock.RealClock{}})
 
 	facts.NetworkError = nerr
 	pod := syncPod("podnet", v1.RestartPolicyAlways, nil, "app")
@@ -468,8 +466,7 @@ func TestCrashLoopBackOffEvent(t *testing.T) {
 	r := newSyncRig(t)
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(100)
-	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, r.client, r.client, noVolumes{}, fakeSecrets{},
-		func() NodeFacts { return NodeFacts{Name: "node1"} }, rec, clock.RealClock{})
+	m := New(Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}, Deps{Runtime: r.client, Images: r.client, Volumes: noVolumes{}, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clock.RealClock{}})
 	pod := syncPod("crashy", v1.RestartPolicyAlways, nil, "app")
 	backOffs := func() []string {
 		var got []string

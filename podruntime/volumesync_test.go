@@ -47,8 +47,7 @@ func (c *countingVolumes) count() int {
 
 func (r *syncRig) managerWith(vols Volumes, rec record.EventRecorder) *Manager {
 	cfg := Config{RootDir: r.root, PodLogsDir: filepath.Join(r.root, "logs")}
-	return New(cfg, r.client, r.client, vols, fakeSecrets{}, func() NodeFacts { return NodeFacts{Name: "node1"} },
-		rec, clock.RealClock{})
+	return New(cfg, Deps{Runtime: r.client, Images: r.client, Volumes: vols, Env: fakeSecrets{}, Node: func() NodeFacts { return NodeFacts{Name: "node1"} }, Recorder: rec, Clock: clock.RealClock{}})
 }
 
 // Every sync of a running pod sets its volumes up again (the refresh that brings

@@ -135,7 +135,7 @@ func TestAdmissionReadsTheNodeAgainForNodeAffinity(t *testing.T) {
 	nodes := &nodeObjects{cached: &v1.Node{}, fresh: &v1.Node{}}
 	nodes.cached.Name, nodes.cached.Labels = "node1", map[string]string{"disk": "hdd"}
 	nodes.fresh.Name, nodes.fresh.Labels = "node1", map[string]string{"disk": "ssd"}
-	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) { d.NodeObject = nodes.get })
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Deps, d *Deps) { d.NodeObject = nodes.get })
 	r.ready()
 	pod := newPod("uid-ssd", "ssd")
 	pod.Spec.NodeSelector = map[string]string{"disk": "ssd"}
@@ -156,7 +156,7 @@ func TestAdmissionReadsTheNodeAgainForNodeAffinity(t *testing.T) {
 // TestAdmittersOrder: Admitters run before the node's own checks (pressure),
 // AdmittersAfter after them (shutdown), as upstream's handlers.
 func TestAdmittersOrder(t *testing.T) {
-	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) {
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Deps, d *Deps) {
 		d.Admitters = []func(*v1.Pod) *Rejection{func(p *v1.Pod) *Rejection {
 			if p.Name == "pressure" {
 				return &Rejection{Reason: "Evicted", Message: "The node had condition: [MemoryPressure]. "}
@@ -223,7 +223,7 @@ func (f *fakeDeviceAllocator) Allocate(_ context.Context, pod *v1.Pod, active []
 // allocated knowing the pods already admitted.
 func TestDeviceAllocationFailureRejects(t *testing.T) {
 	devs := &fakeDeviceAllocator{active: map[string][]string{}}
-	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, d *Deps) { d.Resources = devs })
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Deps, d *Deps) { d.Resources = devs })
 	r.ready()
 	first := newPod("uid-a", "first")
 	r.add("api", first)

@@ -55,7 +55,7 @@ func (f *fakeUnprepare) calls() []string {
 // holds the pod's reclaim.
 func TestDynamicResourcesUnpreparedAfterContainersStop(t *testing.T) {
 	dr := &fakeUnprepare{t: t, fail: 1}
-	r := newRig(t, nil, func(_ context.Context, r *rig, _ *podruntime.Config, deps *Deps) {
+	r := newRig(t, nil, func(_ context.Context, r *rig, _ *podruntime.Deps, deps *Deps) {
 		dr.r = r
 		deps.DynamicResources = dr
 	})

@@ -17,10 +17,10 @@ import (
 )
 
 // withProbes wires a real prober.Manager, exec probes answered by the fake runtime.
-func withProbes(ctx context.Context, r *rig, cfg *podruntime.Config, deps *Deps) {
+func withProbes(ctx context.Context, r *rig, rt *podruntime.Deps, deps *Deps) {
 	m := prober.NewManager(r.client, r.status, r.rec, clock.RealClock{})
-	cfg.Probes = m
-	cfg.Hooks = prober.NewHandler(r.client)
+	rt.Probes = m
+	rt.Hooks = prober.NewHandler(r.client)
 	deps.Probes = m
 }
 

@@ -137,7 +137,7 @@ type rig struct {
 }
 
 // rigOption changes the rig's wiring before the loop starts (e.g. adds probes).
-type rigOption func(ctx context.Context, r *rig, cfg *podruntime.Config, deps *Deps)
+type rigOption func(ctx context.Context, r *rig, rt *podruntime.Deps, deps *Deps)
 
 func newRig(t *testing.T, fake *fakecri.Runtime, opts ...rigOption) *rig {
 	t.Helper()
@@ -167,12 +167,14 @@ func newRig(t *testing.T, fake *fakecri.Runtime, opts ...rigOption) *rig {
 	}
 	rec := record.NewFakeRecorder(1000)
 	r.rec = rec
-	rtCfg := podruntime.Config{RootDir: dir, PodLogsDir: dir + "/logs"}
+	var rtDeps podruntime.Deps
 	deps := Deps{Cache: cache, PLEG: g, Status: r.status, Volumes: r.vols, Sources: r.sources, Node: nodeFacts, Recorder: rec, Clock: clk}
 	for _, o := range opts {
-		o(ctx, r, &rtCfg, &deps)
+		o(ctx, r, &rtDeps, &deps)
 	}
-	deps.Runtime = podruntime.New(rtCfg, client, client, r.vols, noEnv{}, nodeFacts, rec, clk)
+	rtDeps.Runtime, rtDeps.Images, rtDeps.Volumes, rtDeps.Env = client, client, r.vols, noEnv{}
+	rtDeps.Node, rtDeps.Recorder, rtDeps.Clock = nodeFacts, rec, clk
+	deps.Runtime = podruntime.New(podruntime.Config{RootDir: dir, PodLogsDir: dir + "/logs"}, rtDeps)
 	loopCfg := Config{RootDir: dir, PodLogsDir: dir + "/logs", HousekeepingPeriod: 100 * time.Millisecond, ResyncTick: 50 * time.Millisecond}
 	if r.loopConfig != nil {
 		r.loopConfig(&loopCfg)

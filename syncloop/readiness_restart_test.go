@@ -88,7 +88,7 @@ func TestReadinessAcrossRestartDoesNotFlap(t *testing.T) {
 	// The same pods after the restart; a's probe now hangs (see above).
 	restarted.Store(true)
 	var hist *readyHistory
-	second := newRig(t, first.fake, withProbes, func(_ context.Context, r *rig, _ *podruntime.Config, deps *Deps) {
+	second := newRig(t, first.fake, withProbes, func(_ context.Context, r *rig, _ *podruntime.Deps, deps *Deps) {
 		hist = &readyHistory{fakeStatus: r.status, seen: map[types.UID][]bool{}}
 		deps.Status = hist
 	})

@@ -24,8 +24,8 @@ import (
 // as the agent wires them.
 func withActuated() rigOption {
 	act := allocation.NewMemoryState()
-	return func(_ context.Context, _ *rig, cfg *podruntime.Config, deps *Deps) {
-		cfg.Actuated, deps.Actuated = act, act
+	return func(_ context.Context, _ *rig, rt *podruntime.Deps, deps *Deps) {
+		rt.Actuated, deps.Actuated = act, act
 	}
 }
 
@@ -126,7 +126,7 @@ func startedGuaranteed(t *testing.T, uid, name string, opts ...rigOption) (*rig,
 // conditions and events come and go as upstream's.
 func TestResizeInPlaceThroughTheLoop(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	r, pod := startedGuaranteed(t, "uid-r", "resize", func(_ context.Context, _ *rig, _ *podruntime.Config, deps *Deps) { deps.Registerer = reg })
+	r, pod := startedGuaranteed(t, "uid-r", "resize", func(_ context.Context, _ *rig, _ *podruntime.Deps, deps *Deps) { deps.Registerer = reg })
 	id := r.runningContainer(t, "uid-r").Id
 
 	events := &eventLog{r: r}

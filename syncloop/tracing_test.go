@@ -22,7 +22,7 @@ import (
 // pod's attributes.
 func TestPodLifeIsTraced(t *testing.T) {
 	tp, exp := spantest.New(t)
-	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Config, deps *Deps) { deps.TracerProvider = tp })
+	r := newRig(t, nil, func(_ context.Context, _ *rig, _ *podruntime.Deps, deps *Deps) { deps.TracerProvider = tp })
 	r.ready()
 	pod := newPod("uid-1", "web")
 	r.sources.ch <- podconfig.Update{Op: podconfig.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}

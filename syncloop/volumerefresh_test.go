@@ -48,11 +48,11 @@ func (f *fakeObjects) calls() []string {
 }
 
 func withObjects(o *fakeObjects) rigOption {
-	return func(_ context.Context, _ *rig, _ *podruntime.Config, deps *Deps) { deps.Objects = o }
+	return func(_ context.Context, _ *rig, _ *podruntime.Deps, deps *Deps) { deps.Objects = o }
 }
 
 func withSyncFrequency(d time.Duration) rigOption {
-	return func(_ context.Context, r *rig, _ *podruntime.Config, _ *Deps) {
+	return func(_ context.Context, r *rig, _ *podruntime.Deps, _ *Deps) {
 		r.loopConfig = func(c *Config) { c.SyncFrequency = d }
 	}
 }

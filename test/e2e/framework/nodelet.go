@@ -227,11 +227,9 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 	}
 	n.Args = append(n.Args, opts.ExtraArgs...)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	if !opts.KeepRuntimeState {
-		// Not under ctx: a full node left by the test before takes its own time to clear
-		// (each sandbox has a deadline of its own there).
+		// A full node left by the test before takes its own time to clear: each sandbox
+		// has a deadline of its own there, the whole no fixed one.
 		if k, err := f.CRI.RemoveAllPodSandboxes(context.Background()); err != nil {
 			f.T.Fatalf("clearing the runtime before the start: %v", err)
 		} else if k > 0 {
@@ -239,7 +237,9 @@ func (f *Framework) StartNodelet(opts NodeletOptions) *Nodelet {
 		}
 	}
 	if !opts.KeepNode {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		f.deleteNode(ctx)
+		cancel()
 	}
 	if err := n.start(); err != nil {
 		f.T.Fatal(err)

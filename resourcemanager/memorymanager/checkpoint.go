@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
-	"github.com/nodelet/nodelet/memorymanager/internal/state"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager/internal/state"
 )
 
 // CheckpointFile is the checkpoint's name under the kubelet root dir.

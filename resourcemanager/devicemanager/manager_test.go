@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 const fakeResource = "example.com/fake"

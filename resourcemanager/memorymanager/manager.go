@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
-	"github.com/nodelet/nodelet/internal/resourcestate"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/internal/resourcestate"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // Config configures a Manager.

@@ -6,7 +6,7 @@ import (
 
 	info "github.com/google/cadvisor/lib/model"
 
-	"github.com/nodelet/nodelet/internal/machineinfo"
+	"github.com/nodelet/nodelet/resourcemanager/internal/machineinfo"
 )
 
 // DiscoverNUMA reads the machine's NUMA nodes under root ("/" on a host, a

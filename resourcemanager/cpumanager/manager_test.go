@@ -15,7 +15,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 type fakeRuntime struct {

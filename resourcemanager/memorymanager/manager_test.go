@@ -13,7 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 func staticManager(t *testing.T, root string) *Manager {

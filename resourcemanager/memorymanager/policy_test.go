@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 const (

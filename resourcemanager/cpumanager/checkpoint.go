@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/cpumanager/internal/state"
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager/internal/state"
 )
 
 // CheckpointFile is the checkpoint's name under the kubelet root dir.

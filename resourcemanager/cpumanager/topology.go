@@ -7,7 +7,7 @@ import (
 	info "github.com/google/cadvisor/lib/model"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/internal/machineinfo"
+	"github.com/nodelet/nodelet/resourcemanager/internal/machineinfo"
 )
 
 // CPUInfo places one logical CPU. CoreID is unique on the machine (the

@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/internal/machineinfo"
+	"github.com/nodelet/nodelet/resourcemanager/internal/machineinfo"
 )
 
 // NodeMemory is one NUMA node's memory by resource (memory and

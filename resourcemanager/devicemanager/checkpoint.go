@@ -9,9 +9,9 @@ import (
 	"os"
 	"slices"
 
-	"github.com/nodelet/nodelet/devicemanager/internal/checkpoint"
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/checkpoint/checksum"
+	"github.com/nodelet/nodelet/resourcemanager/devicemanager/internal/checkpoint"
 )
 
 // CheckpointName is the checkpoint's file name in the device plugin

@@ -12,7 +12,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 func mask(t *testing.T, nodes ...int) topologymanager.BitMask {

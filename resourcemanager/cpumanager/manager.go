@@ -17,8 +17,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
-	"github.com/nodelet/nodelet/internal/resourcestate"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/internal/resourcestate"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // Runtime is the part of the CRI runtime service the executor uses.

@@ -10,7 +10,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // hintsString renders hints as "{0}* {0,1}" (* preferred); "none" for no

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	"github.com/nodelet/nodelet/internal/resourcetest"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // kubelet_memory_manager_pinning_* move as upstream's under the topology

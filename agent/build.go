@@ -34,6 +34,7 @@ import (
 	"github.com/nodelet/nodelet/logrotate"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/pluginmanager"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podobjects"
 	"github.com/nodelet/nodelet/podresources"
@@ -461,6 +462,7 @@ type inputs struct {
 	vols          *volumes.Manager
 	draMgr        *dra.Manager
 	csiDrivers    *csi.Registry
+	plugins       *pluginmanager.Watcher
 	envSrc        *envSources
 	pullRecords   *pullrecords.Manager
 	credProviders podruntime.CredentialProviders
@@ -497,8 +499,8 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 			return nil
 		}))
 	}
-	// CSI node plugins register through <root>/plugins_registry; with an API
-	// server, each is published in the Node and its CSINode, and its volumes
+	// Node plugins register through <root>/plugins_registry, each type with
+	// its handler. CSI node plugins: with an API server, each is published in the Node and its CSINode, and its volumes
 	// are staged and published for pods (attached by the attach/detach
 	// controller, never by nodelet).
 	// DRA drivers register in the same directory (type DRAPlugin); their
@@ -509,8 +511,12 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 	if in.draMgr, err = dra.New(opts.RootDir, client, draPlugins); err != nil {
 		return in, fmt.Errorf("setting up dynamic resource allocation: %w", err)
 	}
-	if in.csiDrivers, err = csi.New(ctx, opts.RootDir, csi.WithKubeClient(client, h.nodeName), csi.WithPluginHandler(dra.PluginType, draPlugins)); err != nil {
+	if in.csiDrivers, err = csi.New(ctx, csi.WithKubeClient(client, h.nodeName)); err != nil {
 		return in, fmt.Errorf("setting up the CSI plugin registry: %w", err)
+	}
+	if in.plugins, err = pluginmanager.New(pluginmanager.RegistryDir(opts.RootDir),
+		pluginmanager.WithHandler(csi.PluginType, in.csiDrivers), pluginmanager.WithHandler(dra.PluginType, draPlugins)); err != nil {
+		return in, fmt.Errorf("setting up the plugin registration watcher: %w", err)
 	}
 	volOpts = append(volOpts, volumes.WithCSIInUse(n.csiInUse))
 	if client != nil {
@@ -856,10 +862,11 @@ func (b *builder) stages(ctx context.Context, h hostFacts, c connections, n node
 	add(&rest, "user namespace cleanup", func(ctx context.Context) { in.usernsMgr.Run(ctx, clk, usernsCleanupPeriod) })
 	add(&rest, "configMap and secret watches", in.objects.Run)
 	// In the last stage: the sync loop's volume teardowns need the plugins.
-	add(&rest, "CSI plugin registry", func(ctx context.Context) {
-		if err := in.csiDrivers.Run(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "CSI plugin registry stopped")
+	add(&rest, "plugin registration watcher", func(ctx context.Context) {
+		if err := in.plugins.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Plugin registration watcher stopped")
 		}
+		in.csiDrivers.Close()
 	})
 	add(&rest, "sync loop queries", func(ctx context.Context) { b.queries.serve(ctx, loop) })
 	add(&rest, "volume stats", o.volStats.Run)

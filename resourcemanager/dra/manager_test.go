@@ -20,6 +20,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pluginmanager"
 )
 
 // fakeDriver is a DRA driver on a temp unix socket: it records the claims
@@ -136,7 +138,7 @@ func testManager(t *testing.T, root string, d *fakeDriver, objs ...*resourceapi.
 	plugins := NewPlugins()
 	t.Cleanup(plugins.Close)
 	if d != nil {
-		if err := plugins.RegisterPlugin(context.Background(), d.name, startDriver(t, d), []string{drapb.DRAPluginService}); err != nil {
+		if err := plugins.RegisterPlugin(context.Background(), pluginmanager.Plugin{Name: d.name, Endpoint: startDriver(t, d), Versions: []string{drapb.DRAPluginService}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/nodelet/nodelet/pluginmanager"
 )
 
 // PluginType is the plugin registration type of DRA drivers.
@@ -27,8 +29,8 @@ const callTimeout = 45 * time.Second
 // nodelet speaks (upstream also speaks v1beta1.DRAPlugin).
 var servicesSupported = []string{drapb.DRAPluginService}
 
-// Plugins are the registered DRA drivers; it is the plugin registry's
-// handler of the DRAPlugin type.
+// Plugins are the registered DRA drivers; it is the plugin watcher's
+// (pluginmanager) handler of the DRAPlugin type.
 type Plugins struct {
 	mu sync.Mutex
 	// byDriver holds each driver's registered endpoints, the latest last:
@@ -36,6 +38,8 @@ type Plugins struct {
 	// over when it goes.
 	byDriver map[string][]*plugin
 }
+
+var _ pluginmanager.Handler = (*Plugins)(nil)
 
 type plugin struct {
 	driver   string
@@ -77,15 +81,16 @@ func validatePlugin(name, endpoint string, services []string) error {
 	return nil
 }
 
-// ValidatePlugin is the registry handler's check.
-func (p *Plugins) ValidatePlugin(_ context.Context, name, endpoint string, versions []string) error {
-	return validatePlugin(name, endpoint, versions)
+// ValidatePlugin is the plugin watcher handler's check.
+func (p *Plugins) ValidatePlugin(_ context.Context, reg pluginmanager.Plugin) error {
+	return validatePlugin(reg.Name, reg.Endpoint, reg.Versions)
 }
 
 // RegisterPlugin connects to a driver's endpoint (lazily: the first call
 // dials).
-func (p *Plugins) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string) error {
-	if err := validatePlugin(name, endpoint, versions); err != nil {
+func (p *Plugins) RegisterPlugin(ctx context.Context, reg pluginmanager.Plugin) error {
+	name, endpoint := reg.Name, reg.Endpoint
+	if err := validatePlugin(name, endpoint, reg.Versions); err != nil {
 		return err
 	}
 	conn, err := grpc.NewClient("unix://"+strings.TrimPrefix(endpoint, "unix://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -108,7 +113,8 @@ func (p *Plugins) RegisterPlugin(ctx context.Context, name, endpoint string, ver
 // DeRegisterPlugin forgets a driver's endpoint. The driver's
 // ResourceSlices stay (upstream deletes them after 30 s without the
 // driver; nodelet leaves that to the driver and the control plane).
-func (p *Plugins) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
+func (p *Plugins) DeRegisterPlugin(ctx context.Context, reg pluginmanager.Plugin) {
+	name, endpoint := reg.Name, reg.Endpoint
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.byDriver[name]

@@ -1,7 +1,9 @@
-package csi
+package pluginmanager
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -9,32 +11,32 @@ import (
 // restarted plugin makes a new inode (and ctime), which upstream sees as a
 // new fsnotify create event and answers by registering again. A file
 // system may hand the freed inode number out again within one ctime tick,
-// so the registry also watches the connection to the registration server
+// so the watcher also watches the connection to the registration server
 // (sockState.gone).
 type fileID struct {
 	dev, ino uint64
 	ctimeNs  int64
 }
 
-// sockState is what the registry knows of one registration socket.
+// sockState is what the watcher knows of one registration socket.
 type sockState struct {
-	id     fileID
-	busy   bool   // a registration is running for it
-	driver string // the driver registered from it, "" if none
-	// pluginType and endpoint of the registered plugin: a plugin of a type
-	// other than CSIPlugin is deregistered through its handler.
-	pluginType, endpoint string
-	settled              bool // registered, or refused until the socket changes
-	failures             int  // consecutive failed registrations, for the backoff
-	retryAt              time.Time
-	// gone: the registration server this socket's driver registered
+	id   fileID
+	busy bool // a registration is running for it
+	// pluginType and plugin are the plugin registered from it (Name "" if
+	// none), deregistered through the handler of its type.
+	pluginType string
+	plugin     Plugin
+	settled    bool // registered, or refused until the socket changes
+	failures   int  // consecutive failed registrations, for the backoff
+	retryAt    time.Time
+	// gone: the registration server this socket's plugin registered
 	// through closed its connection (set by the scan, not stored).
 	gone bool
 }
 
-// actions are what one scan of the registry directory calls for.
+// actions are what one scan of the registration directory calls for.
 type actions struct {
-	// drop: sockets gone or re-created; their driver (if any) deregisters.
+	// drop: sockets gone or re-created; their plugin (if any) deregisters.
 	drop []string
 	// register: new or re-created sockets, and failed ones due for a retry.
 	register []string
@@ -83,4 +85,12 @@ func retryDelay(n int) time.Duration {
 		d *= 2
 	}
 	return min(d, maxRetryDelay)
+}
+
+// noHandler is the refusal of a plugin of a type no handler takes, in
+// upstream's wording plus the types nodelet takes, so the plugin is told
+// why instead of waiting.
+func noHandler(pluginType, socket string, handled []string) error {
+	return fmt.Errorf("RegisterPlugin error -- no handler registered for plugin type: %s at socket %s (%s plugins are not supported by nodelet, only %s)",
+		pluginType, socket, pluginType, strings.Join(handled, ", "))
 }

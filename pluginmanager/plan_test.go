@@ -1,4 +1,4 @@
-package csi
+package pluginmanager
 
 import (
 	"os"
@@ -22,16 +22,16 @@ func TestPlan(t *testing.T) {
 		{name: "nothing", want: actions{}},
 		{name: "new socket registers", found: map[string]fileID{"/r/a": a}, want: actions{register: []string{"/r/a"}}},
 		{name: "registered socket stays", found: map[string]fileID{"/r/a": a},
-			known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d"}}, want: actions{}},
+			known: map[string]sockState{"/r/a": {id: a, settled: true, plugin: Plugin{Name: "d"}}}, want: actions{}},
 		{name: "refused socket waits for a change", found: map[string]fileID{"/r/a": a},
 			known: map[string]sockState{"/r/a": {id: a, settled: true}}, want: actions{}},
-		{name: "removed socket drops", known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d"}},
+		{name: "removed socket drops", known: map[string]sockState{"/r/a": {id: a, settled: true, plugin: Plugin{Name: "d"}}},
 			want: actions{drop: []string{"/r/a"}}},
 		{name: "re-created socket drops and registers", found: map[string]fileID{"/r/a": b},
-			known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d"}},
+			known: map[string]sockState{"/r/a": {id: a, settled: true, plugin: Plugin{Name: "d"}}},
 			want:  actions{drop: []string{"/r/a"}, register: []string{"/r/a"}}},
 		{name: "registration server gone: drop and register again", found: map[string]fileID{"/r/a": a},
-			known: map[string]sockState{"/r/a": {id: a, settled: true, driver: "d", gone: true}},
+			known: map[string]sockState{"/r/a": {id: a, settled: true, plugin: Plugin{Name: "d"}, gone: true}},
 			want:  actions{drop: []string{"/r/a"}, register: []string{"/r/a"}}},
 		{name: "busy socket left alone even when removed", found: map[string]fileID{"/r/b": b},
 			known: map[string]sockState{"/r/a": {id: a, busy: true}, "/r/b": {id: a, busy: true}}, want: actions{}},
@@ -59,7 +59,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 func TestFindSockets(t *testing.T) {
-	dir, err := os.MkdirTemp("", "csi")
+	dir, err := os.MkdirTemp("", "pm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +106,23 @@ func TestFindSockets(t *testing.T) {
 
 	if _, err := findSockets(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing directory listed without error")
+	}
+}
+
+func TestNoHandler(t *testing.T) {
+	const sock = "/var/lib/kubelet/plugins_registry/d-reg.sock"
+	for _, c := range []struct {
+		pluginType string
+		handled    []string
+		want       string
+	}{
+		{pluginType: "DRAPlugin", handled: []string{"CSIPlugin"},
+			want: "RegisterPlugin error -- no handler registered for plugin type: DRAPlugin at socket " + sock + " (DRAPlugin plugins are not supported by nodelet, only CSIPlugin)"},
+		{pluginType: "DevicePlugin", handled: []string{"CSIPlugin", "DRAPlugin"},
+			want: "RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket " + sock + " (DevicePlugin plugins are not supported by nodelet, only CSIPlugin, DRAPlugin)"},
+	} {
+		if got := noHandler(c.pluginType, sock, c.handled).Error(); got != c.want {
+			t.Errorf("noHandler(%s) = %q, want %q", c.pluginType, got, c.want)
+		}
 	}
 }

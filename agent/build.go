@@ -48,7 +48,7 @@ import (
 	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 	"github.com/nodelet/nodelet/server"
 	"github.com/nodelet/nodelet/stats"
-	"github.com/nodelet/nodelet/status"
+	"github.com/nodelet/nodelet/statussync"
 	"github.com/nodelet/nodelet/syncloop"
 	"github.com/nodelet/nodelet/userns"
 	"github.com/nodelet/nodelet/volumes"
@@ -469,7 +469,7 @@ type inputs struct {
 	usernsMgr     *userns.Manager
 	classes       *runtimeClasses // nil in standalone mode
 	pods          *podconfig.Config
-	statusMgr     *status.Manager
+	statusMgr     *statussync.Manager
 	probes        *probeWiring
 }
 
@@ -571,9 +571,9 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 		logger.Info("None of staticPodPath, staticPodURL and a kubeconfig is set: nodelet has no pods to run")
 	}
 
-	in.statusMgr = status.NewManager(client, in.pods, clk,
-		status.WithDeleteWhenReclaimed(b.queries.canDeletePod),
-		status.WithMetrics(c.reg))
+	in.statusMgr = statussync.NewManager(client, in.pods, clk,
+		statussync.WithDeleteWhenReclaimed(b.queries.canDeletePod),
+		statussync.WithMetrics(c.reg))
 	in.probes = newProbes(rt, in.statusMgr, c.recorder, clk)
 	return in, nil
 }

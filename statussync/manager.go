@@ -1,6 +1,6 @@
-// Package status keeps the node's view of each pod's status and writes it to the API
+// Package statussync keeps the node's view of each pod's status and writes it to the API
 // server's pods/status subresource, only when it differs from what the API holds.
-package status
+package statussync
 
 import (
 	"context"

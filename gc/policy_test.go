@@ -1,4 +1,4 @@
-package imagegc
+package gc
 
 import (
 	"strings"

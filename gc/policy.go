@@ -1,7 +1,7 @@
-// Package imagegc garbage-collects unused images and dead containers and
+// Package gc garbage-collects unused images and dead containers and
 // sandboxes. The selection rules are pure functions; ImageManager and
 // ContainerGC are thin runners over injected CRI interfaces.
-package imagegc
+package gc
 
 import (
 	"cmp"

@@ -1,7 +1,7 @@
-// Package shutdown implements graceful node shutdown: priority groups from the kubelet
+// Package nodeshutdown implements graceful node shutdown: priority groups from the kubelet
 // configuration, the kill plan, its execution group by group, and the logind delay inhibitor
 // lock over D-Bus that gives nodelet the time to run it.
-package shutdown
+package nodeshutdown
 
 import (
 	"errors"

@@ -3,11 +3,9 @@ package csi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -433,84 +431,4 @@ func TestNewNeedsNodeNameWithClient(t *testing.T) {
 	if _, err := New(context.Background(), WithKubeClient(fake.NewClientset(), "")); err == nil {
 		t.Error("a client without a node name was accepted")
 	}
-}
-
-// recordingHandler is the watcher's handler of another plugin type; it
-// records its calls.
-type recordingHandler struct {
-	refuse error
-	mu     sync.Mutex
-	calls  []string
-}
-
-func (h *recordingHandler) record(c string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, c)
-}
-
-func (h *recordingHandler) get() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.calls...)
-}
-
-func (h *recordingHandler) ValidatePlugin(_ context.Context, p pluginmanager.Plugin) error {
-	h.record(fmt.Sprintf("validate %s %s %v", p.Name, filepath.Base(p.Endpoint), p.Versions))
-	return h.refuse
-}
-
-func (h *recordingHandler) RegisterPlugin(_ context.Context, p pluginmanager.Plugin) error {
-	h.record(fmt.Sprintf("register %s %s %v", p.Name, filepath.Base(p.Endpoint), p.Versions))
-	return nil
-}
-
-func (h *recordingHandler) DeRegisterPlugin(_ context.Context, p pluginmanager.Plugin) {
-	h.record(fmt.Sprintf("deregister %s %s", p.Name, filepath.Base(p.Endpoint)))
-}
-
-func TestRegistryDispatchesByPluginType(t *testing.T) {
-	draInfo := func(p *fakePlugin) {
-		p.info.Type = registerapi.DRAPlugin
-		p.info.SupportedVersions = []string{"v1.DRAPlugin"}
-	}
-	t.Run("registered, then deregistered when its socket goes", func(t *testing.T) {
-		h := &recordingHandler{}
-		root, r := startRegistry(t, nil, pluginmanager.WithHandler(registerapi.DRAPlugin, h))
-		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
-		p.wantRegistered(t)
-		want := []string{"validate gpu.example.com csi.sock [v1.DRAPlugin]", "register gpu.example.com csi.sock [v1.DRAPlugin]"}
-		if got := h.get(); !slices.Equal(got, want) {
-			t.Fatalf("handler calls = %q, want %q", got, want)
-		}
-		if len(r.Drivers()) != 0 {
-			t.Errorf("a DRA plugin became a CSI driver: %v", r.Drivers())
-		}
-		p.stop()
-		want = append(want, "deregister gpu.example.com csi.sock")
-		eventually.True(t, "deregistered", func() bool { return slices.Equal(h.get(), want) })
-	})
-	t.Run("refused by its handler", func(t *testing.T) {
-		h := &recordingHandler{refuse: errors.New("no v1")}
-		root, _ := startRegistry(t, nil, pluginmanager.WithHandler(registerapi.DRAPlugin, h))
-		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
-		s := p.status(t)
-		if s.PluginRegistered || s.Error != "RegisterPlugin error -- plugin validation failed with err: no v1" {
-			t.Fatalf("status = %+v, want refused with the handler's error", s)
-		}
-		p.stop()
-		time.Sleep(50 * time.Millisecond) // five scans: a refused plugin is never deregistered
-		if got := h.get(); len(got) != 1 {
-			t.Fatalf("handler calls = %q, want the validation only", got)
-		}
-	})
-	t.Run("CSI stays the registry's own", func(t *testing.T) {
-		r, err := New(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pluginmanager.New(t.TempDir(), pluginmanager.WithHandler(PluginType, r), pluginmanager.WithHandler(registerapi.CSIPlugin, &recordingHandler{})); err == nil {
-			t.Fatal("a second handler for CSIPlugin was accepted")
-		}
-	})
 }

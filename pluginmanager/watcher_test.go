@@ -86,9 +86,10 @@ func (p *fakePlugin) status(t *testing.T) *registerapi.RegistrationStatus {
 	}
 }
 
-// recordingHandler records its calls; register fails with registerErrs
-// in turn, then succeeds.
+// recordingHandler records its calls; validation fails with refuse,
+// register with registerErrs in turn, then succeeds.
 type recordingHandler struct {
+	refuse       error
 	mu           sync.Mutex
 	calls        []string
 	registerErrs []error
@@ -108,7 +109,7 @@ func (h *recordingHandler) get() []string {
 
 func (h *recordingHandler) ValidatePlugin(_ context.Context, p Plugin) error {
 	h.record(fmt.Sprintf("validate %s %s %v %s", p.Name, p.Endpoint, p.Versions, filepath.Base(p.Socket)))
-	return nil
+	return h.refuse
 }
 
 func (h *recordingHandler) RegisterPlugin(_ context.Context, p Plugin) error {
@@ -219,6 +220,22 @@ func TestWatcherRetriesFailedRegistrationUnlessPermanent(t *testing.T) {
 			t.Errorf("handler calls = %q, want one validation and one registration", got)
 		}
 	})
+}
+
+// A plugin its handler refuses is told why, and never registered nor
+// deregistered.
+func TestWatcherRefusesWhatItsHandlerRefuses(t *testing.T) {
+	h := &recordingHandler{refuse: errors.New("no v1")}
+	dir := startWatcher(t, WithHandler("APlugin", h))
+	p := startPlugin(t, dir, "APlugin", "a")
+	if s := p.status(t); s.PluginRegistered || s.Error != "RegisterPlugin error -- plugin validation failed with err: no v1" {
+		t.Fatalf("status = %+v, want refused with the handler's error", s)
+	}
+	p.stop()
+	time.Sleep(50 * time.Millisecond) // five scans: a refused plugin is never deregistered
+	if got := h.get(); len(got) != 1 {
+		t.Fatalf("handler calls = %q, want the validation only", got)
+	}
 }
 
 func TestNewRefusesASecondHandlerOfAType(t *testing.T) {

@@ -24,31 +24,32 @@ import (
 	"github.com/nodelet/nodelet/certificate"
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/csi"
-	"github.com/nodelet/nodelet/devicemanager"
-	"github.com/nodelet/nodelet/dra"
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/hostsetup"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
 	nodeletversion "github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/logrotate"
-	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
+	"github.com/nodelet/nodelet/pluginmanager"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podobjects"
 	"github.com/nodelet/nodelet/podresources"
 	"github.com/nodelet/nodelet/podruntime"
 	"github.com/nodelet/nodelet/procfs"
 	"github.com/nodelet/nodelet/pullrecords"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager"
+	"github.com/nodelet/nodelet/resourcemanager/devicemanager"
+	"github.com/nodelet/nodelet/resourcemanager/dra"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 	"github.com/nodelet/nodelet/server"
 	"github.com/nodelet/nodelet/stats"
-	"github.com/nodelet/nodelet/status"
+	"github.com/nodelet/nodelet/statussync"
 	"github.com/nodelet/nodelet/syncloop"
-	"github.com/nodelet/nodelet/topologymanager"
 	"github.com/nodelet/nodelet/userns"
 	"github.com/nodelet/nodelet/volumes"
 )
@@ -461,13 +462,14 @@ type inputs struct {
 	vols          *volumes.Manager
 	draMgr        *dra.Manager
 	csiDrivers    *csi.Registry
+	plugins       *pluginmanager.Watcher
 	envSrc        *envSources
 	pullRecords   *pullrecords.Manager
 	credProviders podruntime.CredentialProviders
 	usernsMgr     *userns.Manager
 	classes       *runtimeClasses // nil in standalone mode
 	pods          *podconfig.Config
-	statusMgr     *status.Manager
+	statusMgr     *statussync.Manager
 	probes        *probeWiring
 }
 
@@ -497,8 +499,8 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 			return nil
 		}))
 	}
-	// CSI node plugins register through <root>/plugins_registry; with an API
-	// server, each is published in the Node and its CSINode, and its volumes
+	// Node plugins register through <root>/plugins_registry, each type with
+	// its handler. CSI node plugins: with an API server, each is published in the Node and its CSINode, and its volumes
 	// are staged and published for pods (attached by the attach/detach
 	// controller, never by nodelet).
 	// DRA drivers register in the same directory (type DRAPlugin); their
@@ -509,8 +511,12 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 	if in.draMgr, err = dra.New(opts.RootDir, client, draPlugins); err != nil {
 		return in, fmt.Errorf("setting up dynamic resource allocation: %w", err)
 	}
-	if in.csiDrivers, err = csi.New(ctx, opts.RootDir, csi.WithKubeClient(client, h.nodeName), csi.WithPluginHandler(dra.PluginType, draPlugins)); err != nil {
+	if in.csiDrivers, err = csi.New(ctx, csi.WithKubeClient(client, h.nodeName)); err != nil {
 		return in, fmt.Errorf("setting up the CSI plugin registry: %w", err)
+	}
+	if in.plugins, err = pluginmanager.New(pluginmanager.RegistryDir(opts.RootDir),
+		pluginmanager.WithHandler(csi.PluginType, in.csiDrivers), pluginmanager.WithHandler(dra.PluginType, draPlugins)); err != nil {
+		return in, fmt.Errorf("setting up the plugin registration watcher: %w", err)
 	}
 	volOpts = append(volOpts, volumes.WithCSIInUse(n.csiInUse))
 	if client != nil {
@@ -565,9 +571,9 @@ func (b *builder) podInputs(ctx context.Context, h hostFacts, c connections, n n
 		logger.Info("None of staticPodPath, staticPodURL and a kubeconfig is set: nodelet has no pods to run")
 	}
 
-	in.statusMgr = status.NewManager(client, in.pods, clk,
-		status.WithDeleteWhenReclaimed(b.queries.canDeletePod),
-		status.WithMetrics(c.reg))
+	in.statusMgr = statussync.NewManager(client, in.pods, clk,
+		statussync.WithDeleteWhenReclaimed(b.queries.canDeletePod),
+		statussync.WithMetrics(c.reg))
 	in.probes = newProbes(rt, in.statusMgr, c.recorder, clk)
 	return in, nil
 }
@@ -858,10 +864,11 @@ func (b *builder) stages(ctx context.Context, h hostFacts, c connections, n node
 	add(&rest, "user namespace cleanup", func(ctx context.Context) { in.usernsMgr.Run(ctx, clk, usernsCleanupPeriod) })
 	add(&rest, "configMap and secret watches", in.objects.Run)
 	// In the last stage: the sync loop's volume teardowns need the plugins.
-	add(&rest, "CSI plugin registry", func(ctx context.Context) {
-		if err := in.csiDrivers.Run(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "CSI plugin registry stopped")
+	add(&rest, "plugin registration watcher", func(ctx context.Context) {
+		if err := in.plugins.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Plugin registration watcher stopped")
 		}
+		in.csiDrivers.Close()
 	})
 	add(&rest, "sync loop queries", func(ctx context.Context) { b.queries.serve(ctx, loop) })
 	add(&rest, "volume stats", o.volStats.Run)

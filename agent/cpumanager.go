@@ -11,9 +11,9 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager"
 )
 
 // cpuManagerStartWait bounds how long the CPU manager's reconcile waits for

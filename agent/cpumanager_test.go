@@ -14,11 +14,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cpumanager"
-	"github.com/nodelet/nodelet/devicemanager"
-	"github.com/nodelet/nodelet/memorymanager"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager"
+	"github.com/nodelet/nodelet/resourcemanager/devicemanager"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 	"github.com/nodelet/nodelet/syncloop"
-	"github.com/nodelet/nodelet/topologymanager"
 )
 
 type noCPURuntime struct{}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/imagegc"
+	"github.com/nodelet/nodelet/gc"
 )
 
 // Upstream GC periods.
@@ -29,25 +29,25 @@ const (
 // garbageCollectors are container GC (dead containers and sandboxes, logs of deleted
 // pods) and image GC (unused images by disk thresholds and age), as the kubelet runs them.
 type garbageCollectors struct {
-	containers *imagegc.ContainerGC
-	images     *imagegc.ImageManager
+	containers *gc.ContainerGC
+	images     *gc.ImageManager
 }
 
-func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, thresholds config.ImageGCSettings, containerPolicy imagegc.ContainerPolicy, rootDir, sandboxImage, nodeName string, rt *cri.Client,
-	pods imagegc.PodState, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*garbageCollectors, error) {
-	images, err := imagegc.NewImageManager(imagegc.ImagePolicy{
+func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, thresholds config.ImageGCSettings, containerPolicy gc.ContainerPolicy, rootDir, sandboxImage, nodeName string, rt *cri.Client,
+	pods gc.PodState, recorder record.EventRecorder, clk clock.WithTicker, reg prometheus.Registerer) (*garbageCollectors, error) {
+	images, err := gc.NewImageManager(gc.ImagePolicy{
 		HighThresholdPercent: thresholds.HighThresholdPercent,
 		LowThresholdPercent:  thresholds.LowThresholdPercent,
 		MinAge:               kc.ImageMinimumGCAge.Duration,
 		MaxAge:               kc.ImageMaximumGCAge.Duration,
 		SandboxImage:         sandboxImage,
-	}, rt, rt, rootDir, clk, imagegc.WithRegisterer(reg),
-		imagegc.WithRecorder(recorder, &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}))
+	}, rt, rt, rootDir, clk, gc.WithRegisterer(reg),
+		gc.WithRecorder(recorder, &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}))
 	if err != nil {
 		return nil, fmt.Errorf("setting up image garbage collection: %w", err)
 	}
 	return &garbageCollectors{
-		containers: imagegc.NewContainerGC(containerPolicy, rt, pods, kc.PodLogsDir, clk),
+		containers: gc.NewContainerGC(containerPolicy, rt, pods, kc.PodLogsDir, clk),
 		images:     images,
 	}, nil
 }
@@ -55,11 +55,11 @@ func newGarbageCollectors(kc *kubeletconfigv1beta1.KubeletConfiguration, thresho
 // containerGCPolicy is the container GC policy of the deprecated upstream
 // flags (--minimum-container-ttl-duration, --maximum-dead-containers-per-container,
 // --maximum-dead-containers), whose defaults are upstream's.
-func containerGCPolicy(opts *config.Options) imagegc.ContainerPolicy {
+func containerGCPolicy(opts *config.Options) gc.ContainerPolicy {
 	if opts.ContainerGC == nil {
-		return imagegc.DefaultContainerPolicy()
+		return gc.DefaultContainerPolicy()
 	}
-	return imagegc.ContainerPolicy{
+	return gc.ContainerPolicy{
 		MinAge:             opts.ContainerGC.MinimumTTL,
 		MaxPerPodContainer: int(opts.ContainerGC.MaxPerPodContainer),
 		MaxContainers:      int(opts.ContainerGC.MaxContainers),

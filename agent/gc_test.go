@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/imagegc"
+	"github.com/nodelet/nodelet/gc"
 )
 
 func TestSandboxImageFromInfo(t *testing.T) {
@@ -30,14 +30,14 @@ func TestSandboxImageFromInfo(t *testing.T) {
 // The container GC policy comes from the deprecated upstream flags; Options
 // built without Load (nil) keep upstream's defaults.
 func TestContainerGCPolicyFromFlags(t *testing.T) {
-	if got := containerGCPolicy(&config.Options{}); got != imagegc.DefaultContainerPolicy() {
+	if got := containerGCPolicy(&config.Options{}); got != gc.DefaultContainerPolicy() {
 		t.Errorf("nil flags: %+v, want upstream's default", got)
 	}
 	opts, err := config.Load([]string{"--minimum-container-ttl-duration=30s", "--maximum-dead-containers-per-container=3", "--maximum-dead-containers=50"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := imagegc.ContainerPolicy{MinAge: 30 * time.Second, MaxPerPodContainer: 3, MaxContainers: 50}
+	want := gc.ContainerPolicy{MinAge: 30 * time.Second, MaxPerPodContainer: 3, MaxContainers: 50}
 	if got := containerGCPolicy(opts); got != want {
 		t.Errorf("policy = %+v, want %+v", got, want)
 	}

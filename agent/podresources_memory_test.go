@@ -12,9 +12,9 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/podresources"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 type activePods []*v1.Pod

@@ -11,10 +11,10 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/devicemanager"
-	"github.com/nodelet/nodelet/memorymanager"
 	"github.com/nodelet/nodelet/podruntime"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/devicemanager"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // topologyConfig reads topologyManagerPolicy, topologyManagerScope and

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cpumanager"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // numaRoot writes n NUMA nodes (node*/distance: 10 to itself, 20 to the

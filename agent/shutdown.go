@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/internal/podutil"
-	"github.com/nodelet/nodelet/shutdown"
+	"github.com/nodelet/nodelet/nodeshutdown"
 	"github.com/nodelet/nodelet/syncloop"
 )
 
@@ -34,9 +34,9 @@ const (
 
 // gracefulShutdown is the graceful node shutdown feature, when enabled.
 type gracefulShutdown struct {
-	mgr   *shutdown.Manager
-	inh   *shutdown.Inhibitor
-	check shutdown.DelayCheck
+	mgr   *nodeshutdown.Manager
+	inh   *nodeshutdown.Inhibitor
+	check nodeshutdown.DelayCheck
 	err   error // from checking logind's delay, if it failed
 }
 
@@ -44,21 +44,21 @@ type gracefulShutdown struct {
 // or no logind is a loud warning, not a failure: the rest of nodelet runs.
 func setUpShutdown(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfiguration, rootDir string, loop *syncloop.Loop, clk clock.Clock, reg prometheus.Registerer) (*gracefulShutdown, error) {
 	logger := klog.FromContext(ctx)
-	groups, err := shutdown.Groups(kc)
+	groups, err := nodeshutdown.Groups(kc)
 	if err != nil {
 		return nil, fmt.Errorf("graceful node shutdown config: %w", err)
 	}
 	if len(groups) == 0 {
 		return nil, nil
 	}
-	inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{
+	inh, err := nodeshutdown.NewInhibitor(nodeshutdown.InhibitorOptions{
 		BusAddress: os.Getenv(envSystemBus), DropInPath: os.Getenv(envLogindDropIn), Clock: clk, Registerer: reg,
 	})
 	if err != nil {
 		logger.Error(err, "Graceful node shutdown is OFF: cannot reach logind over the system D-Bus; pods will be killed abruptly at shutdown")
 		return nil, nil
 	}
-	total := shutdown.TotalGrace(groups)
+	total := nodeshutdown.TotalGrace(groups)
 	check, err := inh.EnsureInhibitDelay(ctx, total)
 	switch {
 	case err != nil:
@@ -70,7 +70,7 @@ func setUpShutdown(ctx context.Context, kc *kubeletconfigv1beta1.KubeletConfigur
 	default:
 		logger.Info("Graceful node shutdown enabled", "groups", len(groups), "totalGrace", total, "inhibitDelayMax", check.After, "wroteDropIn", check.WroteDropIn)
 	}
-	mgr, err := shutdown.NewManager(shutdown.Options{
+	mgr, err := nodeshutdown.NewManager(nodeshutdown.Options{
 		Groups: groups, Killer: loop, Lister: loop.ActivePods, RootDir: rootDir, Clock: clk, Registerer: reg,
 	})
 	if err != nil {
@@ -108,14 +108,14 @@ func (s *shutdownState) set(on bool) { s.on.Store(on) }
 
 func (s *shutdownState) admit(*v1.Pod) *syncloop.Rejection {
 	if s.on.Load() {
-		return &syncloop.Rejection{Reason: shutdown.AdmitRejectReason, Message: shutdown.AdmitRejectMessage}
+		return &syncloop.Rejection{Reason: nodeshutdown.AdmitRejectReason, Message: nodeshutdown.AdmitRejectMessage}
 	}
 	return nil
 }
 
 func (s *shutdownState) notReady() []string {
 	if s.on.Load() {
-		return []string{shutdown.NodeNotReadyMessage}
+		return []string{nodeshutdown.NodeNotReadyMessage}
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func (s *shutdownState) notReady() []string {
 // PrintShutdownPlan implements `nodelet shutdown plan`: the groups, the pods in each,
 // their grace, the total and whether logind allows it, for the running node.
 func PrintShutdownPlan(ctx context.Context, w io.Writer, opts *config.Options) error {
-	groups, err := shutdown.Groups(opts.Config)
+	groups, err := nodeshutdown.Groups(opts.Config)
 	if err != nil {
 		return fmt.Errorf("graceful node shutdown config: %w", err)
 	}
@@ -147,14 +147,14 @@ func PrintShutdownPlan(ctx context.Context, w io.Writer, opts *config.Options) e
 	var logindMax time.Duration
 	known := false
 	if len(groups) > 0 {
-		if inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{BusAddress: os.Getenv(envSystemBus)}); err == nil {
+		if inh, err := nodeshutdown.NewInhibitor(nodeshutdown.InhibitorOptions{BusAddress: os.Getenv(envSystemBus)}); err == nil {
 			if d, err := inh.InhibitDelayMax(ctx); err == nil {
 				logindMax, known = d, true
 			}
 			_ = inh.Close()
 		}
 	}
-	return shutdown.FormatPlan(w, shutdown.Plan(groups, pods), logindMax, known)
+	return nodeshutdown.FormatPlan(w, nodeshutdown.Plan(groups, pods), logindMax, known)
 }
 
 func nodePods(ctx context.Context, client kubernetes.Interface, nodeName string) ([]*v1.Pod, error) {

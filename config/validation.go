@@ -19,10 +19,10 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/cpumanager"
 	"github.com/nodelet/nodelet/eviction"
 	"github.com/nodelet/nodelet/pullrecords"
-	"github.com/nodelet/nodelet/topologymanager"
+	"github.com/nodelet/nodelet/resourcemanager/cpumanager"
+	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
 // FieldError is one validation failure, naming the configuration field by

@@ -1,7 +1,6 @@
 // Package csi is nodelet's side of the Container Storage Interface: the
-// kubelet's directory layout and names for CSI volumes, the plugin
-// registration socket directory, and the registry of node plugins that
-// registered there.
+// kubelet's directory layout and names for CSI volumes, and the registry of
+// CSI node plugins, the plugin watcher's (pluginmanager) CSIPlugin handler.
 package csi
 
 import (
@@ -25,9 +24,6 @@ const (
 	// reconstruction after a restart need (driver, volume handle, ...).
 	VolDataFile = "vol_data.json"
 )
-
-// RegistryDir is where node plugins put their registration sockets.
-func RegistryDir(rootDir string) string { return filepath.Join(rootDir, "plugins_registry") }
 
 // PluginsDir is where plugins keep their own sockets and state.
 func PluginsDir(rootDir string) string { return filepath.Join(rootDir, "plugins") }

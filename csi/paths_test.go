@@ -6,7 +6,6 @@ import "testing"
 func TestPaths(t *testing.T) {
 	const root = "/var/lib/kubelet"
 	for _, c := range []struct{ got, want string }{
-		{RegistryDir(root), "/var/lib/kubelet/plugins_registry"},
 		{StagingPath(root, "hostpath.csi.k8s.io", "vol-1"),
 			"/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/d2e8363faaac7ae76def3b14091d8eb5755f6b92e9531627aeec833a8731cc49/globalmount"},
 		{PublishPath(root, "uid-1", "pvc-1"), "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pvc-1/mount"},

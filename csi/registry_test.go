@@ -3,11 +3,9 @@ package csi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/pluginmanager"
 )
 
 // fakePlugin is a node plugin as node-driver-registrar and a CSI driver
@@ -71,7 +70,7 @@ func startPlugin(t *testing.T, root, name string, nodeInfo *csipb.NodeGetInfoRes
 		info:     &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: name, Endpoint: endpoint, SupportedVersions: []string{"1.0.0"}},
 		nodeInfo: nodeInfo,
 		statuses: make(chan *registerapi.RegistrationStatus, 10),
-		regSock:  filepath.Join(RegistryDir(root), name+"-reg.sock"),
+		regSock:  filepath.Join(pluginmanager.RegistryDir(root), name+"-reg.sock"),
 	}
 	if mutate != nil {
 		mutate(p)
@@ -148,40 +147,48 @@ func (p *fakePlugin) status(t *testing.T) *registerapi.RegistrationStatus {
 	}
 }
 
-// startRegistry runs a registry on a new root (short: sun_path is 108
-// bytes) until the test ends, then checks Run joined its goroutines.
-func startRegistry(t *testing.T, client kubernetes.Interface, extra ...Option) (string, *Registry) {
+// startRegistry runs a registry, as the CSIPlugin handler of a plugin
+// watcher with the extra options, on a new root (short: sun_path is 108
+// bytes) until the test ends, then checks the watcher's Run joined its
+// goroutines and Close left no driver, as the agent runs them.
+func startRegistry(t *testing.T, client kubernetes.Interface, extra ...pluginmanager.Option) (string, *Registry) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	opts := extra
+	var opts []Option
 	if client != nil {
 		opts = append(opts, WithKubeClient(client, "n1"))
 	}
-	r, err := New(context.Background(), root, append(opts, WithPollInterval(10*time.Millisecond))...)
+	r, err := New(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pluginmanager.New(pluginmanager.RegistryDir(root),
+		append(extra, pluginmanager.WithHandler(PluginType, r), pluginmanager.WithPollInterval(10*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaks := leakcheck.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- w.Run(ctx) }()
 	// Cleanups run last-in first-out: the plugins (registered later) stop first.
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
+		r.Close()
 		if n := len(r.Drivers()); n != 0 {
 			t.Errorf("%d drivers left after Run returned", n)
 		}
 		leaks()
 	})
 	eventually.True(t, "registry directory created", func() bool {
-		fi, err := os.Stat(RegistryDir(root))
+		fi, err := os.Stat(pluginmanager.RegistryDir(root))
 		return err == nil && fi.IsDir() && fi.Mode().Perm() == 0o750
 	})
 	return root, r
@@ -407,7 +414,7 @@ func TestRegistryStandalone(t *testing.T) {
 }
 
 func TestNodeClientUnknownDriver(t *testing.T) {
-	r, err := New(context.Background(), t.TempDir())
+	r, err := New(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,83 +428,7 @@ func TestNodeClientUnknownDriver(t *testing.T) {
 }
 
 func TestNewNeedsNodeNameWithClient(t *testing.T) {
-	if _, err := New(context.Background(), t.TempDir(), WithKubeClient(fake.NewClientset(), "")); err == nil {
+	if _, err := New(context.Background(), WithKubeClient(fake.NewClientset(), "")); err == nil {
 		t.Error("a client without a node name was accepted")
 	}
-}
-
-// recordingHandler is a PluginHandler of another plugin type that records
-// its calls.
-type recordingHandler struct {
-	refuse error
-	mu     sync.Mutex
-	calls  []string
-}
-
-func (h *recordingHandler) record(c string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, c)
-}
-
-func (h *recordingHandler) get() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.calls...)
-}
-
-func (h *recordingHandler) ValidatePlugin(_ context.Context, name, endpoint string, versions []string) error {
-	h.record(fmt.Sprintf("validate %s %s %v", name, filepath.Base(endpoint), versions))
-	return h.refuse
-}
-
-func (h *recordingHandler) RegisterPlugin(_ context.Context, name, endpoint string, versions []string) error {
-	h.record(fmt.Sprintf("register %s %s %v", name, filepath.Base(endpoint), versions))
-	return nil
-}
-
-func (h *recordingHandler) DeRegisterPlugin(_ context.Context, name, endpoint string) {
-	h.record(fmt.Sprintf("deregister %s %s", name, filepath.Base(endpoint)))
-}
-
-func TestRegistryDispatchesByPluginType(t *testing.T) {
-	draInfo := func(p *fakePlugin) {
-		p.info.Type = registerapi.DRAPlugin
-		p.info.SupportedVersions = []string{"v1.DRAPlugin"}
-	}
-	t.Run("registered, then deregistered when its socket goes", func(t *testing.T) {
-		h := &recordingHandler{}
-		root, r := startRegistry(t, nil, WithPluginHandler(registerapi.DRAPlugin, h))
-		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
-		p.wantRegistered(t)
-		want := []string{"validate gpu.example.com csi.sock [v1.DRAPlugin]", "register gpu.example.com csi.sock [v1.DRAPlugin]"}
-		if got := h.get(); !slices.Equal(got, want) {
-			t.Fatalf("handler calls = %q, want %q", got, want)
-		}
-		if len(r.Drivers()) != 0 {
-			t.Errorf("a DRA plugin became a CSI driver: %v", r.Drivers())
-		}
-		p.stop()
-		want = append(want, "deregister gpu.example.com csi.sock")
-		eventually.True(t, "deregistered", func() bool { return slices.Equal(h.get(), want) })
-	})
-	t.Run("refused by its handler", func(t *testing.T) {
-		h := &recordingHandler{refuse: errors.New("no v1")}
-		root, _ := startRegistry(t, nil, WithPluginHandler(registerapi.DRAPlugin, h))
-		p := startPlugin(t, root, "gpu.example.com", hostpathInfo("n"), draInfo)
-		s := p.status(t)
-		if s.PluginRegistered || s.Error != "RegisterPlugin error -- plugin validation failed with err: no v1" {
-			t.Fatalf("status = %+v, want refused with the handler's error", s)
-		}
-		p.stop()
-		time.Sleep(50 * time.Millisecond) // five scans: a refused plugin is never deregistered
-		if got := h.get(); len(got) != 1 {
-			t.Fatalf("handler calls = %q, want the validation only", got)
-		}
-	})
-	t.Run("CSI stays the registry's own", func(t *testing.T) {
-		if _, err := New(context.Background(), t.TempDir(), WithPluginHandler(registerapi.CSIPlugin, &recordingHandler{})); err == nil {
-			t.Fatal("a handler for CSIPlugin was accepted")
-		}
-	})
 }

@@ -6,7 +6,8 @@ import (
 	"strings"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodelet/nodelet/pluginmanager"
 )
 
 // logPrefix starts the CSI plugin's messages as upstream's (its log() helper).
@@ -19,28 +20,23 @@ type checkedPlugin struct {
 	version  *utilversion.Version
 }
 
-// checkPluginInfo decides whether a plugin's GetInfo answer can register,
-// returning the error to send back with NotifyRegistrationStatus in
-// upstream's wording. registered holds the highest version of each driver
-// already registered (or registering) from another socket: a driver of the
-// same name replaces it only with a higher version, as upstream.
-func checkPluginInfo(info *registerapi.PluginInfo, socket string, registered map[string]*utilversion.Version) (checkedPlugin, error) {
-	if info.Type != registerapi.CSIPlugin {
-		// Upstream registers DRA and device plugins here too; nodelet has no
-		// handler for them, so the plugin is told why instead of waiting.
-		return checkedPlugin{}, fmt.Errorf("RegisterPlugin error -- no handler registered for plugin type: %s at socket %s (%s plugins are not supported by nodelet, only %s)",
-			info.Type, socket, info.Type, registerapi.CSIPlugin)
-	}
-	endpoint := info.Endpoint
+// checkPluginInfo decides whether a CSI plugin's GetInfo answer can
+// register, returning the error to send back with NotifyRegistrationStatus
+// in upstream's wording (the watcher adds its prefix). registered holds the
+// highest version of each driver already registered (or registering) from
+// another socket: a driver of the same name replaces it only with a higher
+// version, as upstream.
+func checkPluginInfo(p pluginmanager.Plugin, registered map[string]*utilversion.Version) (checkedPlugin, error) {
+	endpoint := p.Endpoint
 	if endpoint == "" {
 		// As upstream: the plugin serves CSI on its registration socket.
-		endpoint = socket
+		endpoint = p.Socket
 	}
-	v, err := validateCSIPlugin(info.Name, endpoint, info.SupportedVersions, registered)
+	v, err := validateCSIPlugin(p.Name, endpoint, p.Versions, registered)
 	if err != nil {
-		return checkedPlugin{}, fmt.Errorf("RegisterPlugin error -- plugin validation failed with err: validation failed for CSI Driver %s at endpoint %s: %w", info.Name, endpoint, err)
+		return checkedPlugin{}, fmt.Errorf("validation failed for CSI Driver %s at endpoint %s: %w", p.Name, endpoint, err)
 	}
-	return checkedPlugin{name: info.Name, endpoint: endpoint, version: v}, nil
+	return checkedPlugin{name: p.Name, endpoint: endpoint, version: v}, nil
 }
 
 // validateCSIPlugin is upstream's version check of a CSI driver (a 1.x

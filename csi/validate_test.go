@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodelet/nodelet/pluginmanager"
 )
 
 func TestCheckPluginInfo(t *testing.T) {
@@ -14,42 +15,38 @@ func TestCheckPluginInfo(t *testing.T) {
 	registered := map[string]*utilversion.Version{"old.csi.k8s.io": utilversion.MustParseGeneric("1.5.0")}
 	for _, c := range []struct {
 		name         string
-		info         *registerapi.PluginInfo
+		info         pluginmanager.Plugin
 		wantErr      string // substring; "" = accepted
 		wantEndpoint string
 		wantVersion  string
 	}{
-		{name: "CSI plugin", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"1.0.0"}},
+		{name: "CSI plugin", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep, Versions: []string{"1.0.0"}},
 			wantEndpoint: ep, wantVersion: "1.0.0"},
-		{name: "highest 1.x of several", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"0.3.0", "1.2.0", "2.0.0", "v1.10.0"}},
+		{name: "highest 1.x of several", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep, Versions: []string{"0.3.0", "1.2.0", "2.0.0", "v1.10.0"}},
 			wantEndpoint: ep, wantVersion: "1.10.0"},
-		{name: "no endpoint: the registration socket serves CSI", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", SupportedVersions: []string{"1.0.0"}},
+		{name: "no endpoint: the registration socket serves CSI", info: pluginmanager.Plugin{Socket: sock, Name: "d", Versions: []string{"1.0.0"}},
 			wantEndpoint: sock, wantVersion: "1.0.0"},
-		{name: "unix URL endpoint", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: "unix://" + ep, SupportedVersions: []string{"1.0.0"}},
+		{name: "unix URL endpoint", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: "unix://" + ep, Versions: []string{"1.0.0"}},
 			wantEndpoint: "unix://" + ep, wantVersion: "1.0.0"},
-		{name: "DRA plugin", info: &registerapi.PluginInfo{Type: "DRAPlugin", Name: "gpu", Endpoint: ep, SupportedVersions: []string{"v1beta1.DRAPlugin"}},
-			wantErr: "RegisterPlugin error -- no handler registered for plugin type: DRAPlugin at socket " + sock + " (DRAPlugin plugins are not supported by nodelet, only CSIPlugin)"},
-		{name: "device plugin", info: &registerapi.PluginInfo{Type: "DevicePlugin", Name: "x"},
-			wantErr: "no handler registered for plugin type: DevicePlugin"},
-		{name: "no versions", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep},
-			wantErr: `RegisterPlugin error -- plugin validation failed with err: validation failed for CSI Driver d at endpoint ` + ep + `: kubernetes.io/csi: ValidatePlugin for CSI driver "d" failed. Plugin returned an empty list for supported versions`},
-		{name: "only 0.x", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"0.3.0"}},
+		{name: "no versions", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep},
+			wantErr: `validation failed for CSI Driver d at endpoint ` + ep + `: kubernetes.io/csi: ValidatePlugin for CSI driver "d" failed. Plugin returned an empty list for supported versions`},
+		{name: "only 0.x", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep, Versions: []string{"0.3.0"}},
 			wantErr: `None of the versions specified ["0.3.0"] are supported. err=highest supported version reported is 0.3.0, must be v1.x`},
-		{name: "only 2.x", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"2.0.0"}},
+		{name: "only 2.x", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep, Versions: []string{"2.0.0"}},
 			wantErr: `None of the versions specified ["2.0.0"] are supported`},
-		{name: "garbage version", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: ep, SupportedVersions: []string{"one"}},
+		{name: "garbage version", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: ep, Versions: []string{"one"}},
 			wantErr: `None of the versions specified ["one"] are supported`},
-		{name: "no name", info: &registerapi.PluginInfo{Type: "CSIPlugin", Endpoint: ep, SupportedVersions: []string{"1.0.0"}},
+		{name: "no name", info: pluginmanager.Plugin{Socket: sock, Endpoint: ep, Versions: []string{"1.0.0"}},
 			wantErr: `ValidatePlugin for CSI driver "" failed. Plugin returned an empty driver name`},
-		{name: "relative endpoint", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "d", Endpoint: "csi.sock", SupportedVersions: []string{"1.0.0"}},
+		{name: "relative endpoint", info: pluginmanager.Plugin{Socket: sock, Name: "d", Endpoint: "csi.sock", Versions: []string{"1.0.0"}},
 			wantErr: `Endpoint "csi.sock" is not the absolute path of a unix socket`},
-		{name: "same name, same version registered", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "old.csi.k8s.io", Endpoint: ep, SupportedVersions: []string{"1.5.0"}},
+		{name: "same name, same version registered", info: pluginmanager.Plugin{Socket: sock, Name: "old.csi.k8s.io", Endpoint: ep, Versions: []string{"1.5.0"}},
 			wantErr: `ValidatePlugin for CSI driver "old.csi.k8s.io" failed. Another driver with the same name is already registered with a higher supported version: "1.5.0"`},
-		{name: "same name, higher version replaces", info: &registerapi.PluginInfo{Type: "CSIPlugin", Name: "old.csi.k8s.io", Endpoint: ep, SupportedVersions: []string{"1.6.0"}},
+		{name: "same name, higher version replaces", info: pluginmanager.Plugin{Socket: sock, Name: "old.csi.k8s.io", Endpoint: ep, Versions: []string{"1.6.0"}},
 			wantEndpoint: ep, wantVersion: "1.6.0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := checkPluginInfo(c.info, sock, registered)
+			p, err := checkPluginInfo(c.info, registered)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err = %v, want it to contain %q", err, c.wantErr)

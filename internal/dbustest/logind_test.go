@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/internal/dbustest"
-	"github.com/nodelet/nodelet/shutdown"
+	"github.com/nodelet/nodelet/nodeshutdown"
 )
 
 // The fakes driven by nodelet's own D-Bus client: the delay raised through the drop-in,
 // the lock seen held and released, the signal delivered as logind's.
 func TestFakesWithNodeletInhibitor(t *testing.T) {
 	e := dbustest.Start(t, 5*time.Second)
-	inh, err := shutdown.NewInhibitor(shutdown.InhibitorOptions{BusAddress: e.Addr(), DropInPath: e.DropIn, ReloadTimeout: time.Second})
+	inh, err := nodeshutdown.NewInhibitor(nodeshutdown.InhibitorOptions{BusAddress: e.Addr(), DropInPath: e.DropIn, ReloadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

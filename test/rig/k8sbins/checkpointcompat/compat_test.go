@@ -122,9 +122,9 @@ func TestCPUManagerState(t *testing.T) {
 					s.SetCPUSet(pod, name, set)
 				}
 			}
-			fromUpstream(t, dir, cpuFile, "cpumanager", tc.golden)
+			fromUpstream(t, dir, cpuFile, "resourcemanager/cpumanager", tc.golden)
 
-			got, err := cpustate.NewCheckpointState(logger, nodeletFile(t, "cpumanager", tc.golden, cpuFile), cpuFile, tc.policy, containermap.NewContainerMap())
+			got, err := cpustate.NewCheckpointState(logger, nodeletFile(t, "resourcemanager/cpumanager", tc.golden, cpuFile), cpuFile, tc.policy, containermap.NewContainerMap())
 			if err != nil {
 				t.Fatalf("upstream refuses nodelet's file: %v", err)
 			}
@@ -159,10 +159,10 @@ func TestCPUManagerOlderFormats(t *testing.T) {
 	entries := map[string]map[string]string{"pod-a": {"app": "1-2"}}
 	dir := t.TempDir()
 	writeCheckpoint(t, dir, cpuFile, &cpustate.CPUManagerCheckpointV2{PolicyName: "static", DefaultCPUSet: "0,3-7", Entries: entries})
-	fromUpstream(t, dir, cpuFile, "cpumanager", "cpu_manager_state.v2")
+	fromUpstream(t, dir, cpuFile, "resourcemanager/cpumanager", "cpu_manager_state.v2")
 	writeCheckpoint(t, dir, cpuFile, &cpustate.CPUManagerCheckpointV3{PolicyName: "static", DefaultCPUSet: "0,3-7", Entries: entries,
 		PodEntries: cpustate.PodCPUAssignments{"pod-c": {CPUSet: cpuset.New(11)}}})
-	fromUpstream(t, dir, cpuFile, "cpumanager", "cpu_manager_state.v3")
+	fromUpstream(t, dir, cpuFile, "resourcemanager/cpumanager", "cpu_manager_state.v3")
 }
 
 func TestMemoryManagerOlderFormats(t *testing.T) {
@@ -172,10 +172,10 @@ func TestMemoryManagerOlderFormats(t *testing.T) {
 	static := memCases()[1]
 	dir := t.TempDir()
 	writeCheckpoint(t, dir, memFile, &memstate.MemoryManagerCheckpointV1{PolicyName: "Static", MachineState: static.machine, Entries: static.entries})
-	fromUpstream(t, dir, memFile, "memorymanager", "memory_manager_state.v1")
+	fromUpstream(t, dir, memFile, "resourcemanager/memorymanager", "memory_manager_state.v1")
 	writeCheckpoint(t, dir, memFile, &memstate.MemoryManagerCheckpointV2{PolicyName: "Static", MachineState: static.machine, Entries: static.entries,
 		PodEntries: memstate.PodMemoryAssignments{"pod-c": {MemoryBlocks: []memstate.Block{{NUMAAffinity: []int{1}, Type: v1.ResourceMemory, Size: 1 << 30}}}}})
-	fromUpstream(t, dir, memFile, "memorymanager", "memory_manager_state.v2")
+	fromUpstream(t, dir, memFile, "resourcemanager/memorymanager", "memory_manager_state.v2")
 }
 
 type memCase struct {
@@ -226,9 +226,9 @@ func TestMemoryManagerState(t *testing.T) {
 					s.SetMemoryBlocks(pod, name, blocks)
 				}
 			}
-			fromUpstream(t, dir, memFile, "memorymanager", tc.golden)
+			fromUpstream(t, dir, memFile, "resourcemanager/memorymanager", tc.golden)
 
-			got, err := memstate.NewCheckpointState(logger, nodeletFile(t, "memorymanager", tc.golden, memFile), memFile, tc.policy)
+			got, err := memstate.NewCheckpointState(logger, nodeletFile(t, "resourcemanager/memorymanager", tc.golden, memFile), memFile, tc.policy)
 			if err != nil {
 				t.Fatalf("upstream refuses nodelet's file: %v", err)
 			}
@@ -266,10 +266,10 @@ func TestDeviceManagerCheckpoint(t *testing.T) {
 	if err := cm.CreateCheckpoint(devFile, devcheckpoint.New(entries, registered)); err != nil {
 		t.Fatal(err)
 	}
-	fromUpstream(t, dir, devFile, "devicemanager", devFile)
+	fromUpstream(t, dir, devFile, "resourcemanager/devicemanager", devFile)
 
 	// As the device manager's getCheckpoint reads it at start-up.
-	cm, err = checkpointmanager.NewCheckpointManager(nodeletFile(t, "devicemanager", devFile, devFile))
+	cm, err = checkpointmanager.NewCheckpointManager(nodeletFile(t, "resourcemanager/devicemanager", devFile, devFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,10 +316,10 @@ func TestDRAManagerState(t *testing.T) {
 	if err := c.Store(cp); err != nil {
 		t.Fatal(err)
 	}
-	fromUpstream(t, dir, draFile, "dra", draFile)
+	fromUpstream(t, dir, draFile, "resourcemanager/dra", draFile)
 
 	// As the DRA manager's claim info cache reads it at start-up.
-	c, err = drastate.NewCheckpointer(nodeletFile(t, "dra", draFile, draFile), draFile)
+	c, err = drastate.NewCheckpointer(nodeletFile(t, "resourcemanager/dra", draFile, draFile), draFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,0 @@
-package status
-
-import (
-	"testing"
-
-	"github.com/nodelet/nodelet/internal/leakcheck"
-)
-
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -105,6 +105,8 @@ func TestAPIServerStopped(t *testing.T) {
 	upAt := time.Now()
 	figure(t, "apiserver_start_to_ready", upAt.Sub(restarted))
 	figure(t, "apiserver_down_for", upAt.Sub(downAt))
+	// The rig's controllers must work again before the next test starts, whatever this one finds.
+	t.Cleanup(func() { waitControllersBack(t, context.Background(), f, 5*time.Minute) })
 
 	// Lease renewal resumes: a renewTime newer than the one before the outage.
 	var lease1 time.Time

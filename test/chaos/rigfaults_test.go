@@ -173,6 +173,34 @@ func waitAPIServerBack(t testing.TB, ctx context.Context, f *framework.Framework
 	}
 }
 
+// waitControllersBack waits until kube-controller-manager works again after the API server's
+// restart: a new namespace gets its default ServiceAccount. Its informers were refused
+// (RBAC not yet synced in the new API server) and back off; on a loaded machine that took
+// longer than the next test's own 60 s wait for the same ServiceAccount, and failed it.
+func waitControllersBack(t testing.TB, ctx context.Context, f *framework.Framework, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ns, err := f.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "chaos-controllers-back-", Labels: map[string]string{"nodelet-e2e": "true"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a namespace to see the controllers back: %v", err)
+	}
+	defer func() {
+		if err := f.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}); err != nil {
+			t.Logf("deleting namespace %s: %v", ns.Name, err)
+		}
+	}()
+	err = framework.WaitFor(ctx, timeout, "kube-controller-manager to create ServiceAccount default in "+ns.Name, func(ctx context.Context) (bool, error) {
+		_, err := f.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	figure(t, "controllers_back_after", time.Since(start))
+}
+
 // nodeReady is the rig's Node's Ready condition (nil when it has none yet).
 func nodeReady(ctx context.Context, f *framework.Framework) (*v1.NodeCondition, error) {
 	n, err := f.Client.CoreV1().Nodes().Get(ctx, f.Env.NodeName, metav1.GetOptions{})

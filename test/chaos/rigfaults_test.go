@@ -191,12 +191,8 @@ func waitControllersBack(t testing.TB, ctx context.Context, f *framework.Framewo
 			t.Logf("deleting namespace %s: %v", ns.Name, err)
 		}
 	}()
-	err = framework.WaitFor(ctx, timeout, "kube-controller-manager to create ServiceAccount default in "+ns.Name, func(ctx context.Context) (bool, error) {
-		_, err := f.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
+	if err := f.WaitNamespaceReady(ctx, ns.Name, timeout); err != nil {
+		t.Fatalf("kube-controller-manager back after the API server's restart: %v", err)
 	}
 	figure(t, "controllers_back_after", time.Since(start))
 }

@@ -279,7 +279,16 @@ func (f *Framework) NewNamespace() string {
 	}
 	name := ns.Name
 	f.T.Cleanup(func() { f.deleteNamespace(name) })
-	err = WaitFor(ctx, 60*time.Second, "ServiceAccount default and ConfigMap kube-root-ca.crt in "+name, func(ctx context.Context) (bool, error) {
+	if err := f.WaitNamespaceReady(ctx, name, 60*time.Second); err != nil {
+		f.T.Fatal(err)
+	}
+	return name
+}
+
+// WaitNamespaceReady waits until kube-controller-manager has given namespace name its default
+// ServiceAccount and its kube-root-ca.crt ConfigMap, which pods in it need.
+func (f *Framework) WaitNamespaceReady(ctx context.Context, name string, timeout time.Duration) error {
+	return WaitFor(ctx, timeout, "ServiceAccount default and ConfigMap kube-root-ca.crt in "+name, func(ctx context.Context) (bool, error) {
 		if _, err := f.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return false, err
 		}
@@ -288,10 +297,6 @@ func (f *Framework) NewNamespace() string {
 		}
 		return true, nil
 	})
-	if err != nil {
-		f.T.Fatal(err)
-	}
-	return name
 }
 
 func (f *Framework) deleteNamespace(name string) {

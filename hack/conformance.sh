@@ -72,8 +72,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 
 log "install deps"
-# netcat-openbsd: agnhost's nc (UDP); bzip2 and make: busybox from source.
-bash test/rig/install-deps.sh netcat-openbsd bzip2 make >&2
+bash test/conformance/install-deps.sh >&2
 log "build (cached)"
 RIG_BIN_DIR=$(bash test/rig/build-bins.sh | tail -1)
 export RIG_BIN_DIR

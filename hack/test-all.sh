@@ -153,7 +153,13 @@ trap on_exit EXIT
 section "install deps" 240
 # Module downloads are network-bound and apt mostly so: overlap them.
 bg_start mod-download bash hack/mod-download.sh
-bash test/rig/install-deps.sh
+if [[ "${SKIP_CONFORMANCE:-0}" != 1 ]]; then
+	# The rig's packages and the slice build's (it runs in the background later, where it must
+	# not start apt itself).
+	bash test/conformance/install-deps.sh
+else
+	bash test/rig/install-deps.sh
+fi
 
 section "build rig binaries (cached)" 1440
 # A failed download is not fatal here: the builds fetch what is missing and say what failed.

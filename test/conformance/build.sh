@@ -46,6 +46,14 @@ minor=${K8S_VERSION#v1.}
 minor=${minor%%.*}
 LDFLAGS="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 
+# The packages it builds with (test/conformance/install-deps.sh installs them): checked here, as
+# it runs in the background beside other work and must not start apt itself.
+missing=()
+for p in $(bash "$HERE/install-deps.sh" --list); do
+	[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) || die "missing Debian packages: ${missing[*]} (run test/conformance/install-deps.sh)"
+
 # ---------------------------------------------------------------- the module
 gen_module() {
 	local modfile staging

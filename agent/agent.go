@@ -1,5 +1,3 @@
-// Package agent assembles nodelet's parts from its options and runs them until
-// the context ends. Stopping nodelet never stops pods: the next start adopts them.
 package agent
 
 import (

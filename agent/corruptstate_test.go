@@ -44,7 +44,7 @@ type stateFile struct {
 }
 
 // stateFiles are the files nodelet reads back at start from its root dir (and
-// the cert dir); docs/ARCHITECTURE.md lists them and how each is handled.
+// the cert dir); docs/on-disk.md lists them and how each is handled.
 var stateFiles = []stateFile{
 	{rootDir, allocation.AllocatedStateFile, `{"data":"{\"entries\":{\"pod1\":{\"ContainerResources\":{\"container1\":{\"requests\":{\"cpu\":\"1Ki\",\"memory\":\"1Ki\"}}}}}}","checksum":1178570812}`},
 	{rootDir, allocation.ActuatedStateFile, `{"data":"{\"entries\":{\"pod1\":{\"ContainerResources\":{\"container1\":{\"requests\":{\"cpu\":\"1Ki\",\"memory\":\"1Ki\"}}}}}}","checksum":1178570812}`},

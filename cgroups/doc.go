@@ -4,6 +4,12 @@
 // swap start-up check, and a manager for the QoS and pod cgroups with the cgroupfs
 // driver or the systemd driver (transient slices created over systemd's D-Bus API).
 //
+// The runtime's cgroup driver comes from CRI RuntimeConfig, or from containerd
+// 1.x's verbose Status (DriverFromRuntimeInfo). Pod cgroups are listed and
+// removed in every hierarchy under the root (on a hybrid host name=systemd and
+// the unified one too, where the runtime makes them), the runtime's container
+// cgroups below them deepest first, never while a process is anywhere below.
+//
 // # Through github.com/opencontainers/cgroups
 //
 // As the kubelet does, the manager sets the QoS, pod and reserved cgroups'

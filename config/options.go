@@ -1,7 +1,3 @@
-// Package config builds nodelet's KubeletConfiguration the way the upstream
-// kubelet does: command-line flags, a --config file, --config-dir drop-ins
-// merged as JSON merge patches, upstream defaults, flag precedence and
-// validation.
 package config
 
 import (

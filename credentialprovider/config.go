@@ -1,10 +1,18 @@
 // Package credentialprovider runs the kubelet's image credential provider
 // plugins (KEP-2133): executables named in a CredentialProviderConfig
-// (kubelet.config.k8s.io/v1), found in --image-credential-provider-bin-dir,
-// asked for an image's registry credentials with a CredentialProviderRequest
-// on stdin (credentialprovider.kubelet.k8s.io/v1) and answering with a
-// CredentialProviderResponse on stdout, whose credentials are cached per
-// image, registry or globally as the response says.
+// (kubelet.config.k8s.io/v1, a file or a directory), found in
+// --image-credential-provider-bin-dir, asked for an image's registry
+// credentials with a CredentialProviderRequest on stdin
+// (credentialprovider.kubelet.k8s.io/v1, with the configured env and args) and
+// answering with a CredentialProviderResponse on stdout, whose credentials are
+// cached per image, registry or globally as the response says, for
+// cacheDuration or defaultCacheDuration.
+//
+// The configuration is validated as upstream; tokenAttributes is refused
+// (there is no service account token mode). Its matchImages globbing is the
+// one image matcher, also used by the pull secrets keyring. The providers'
+// credentials are tried after the pod's pull secrets and are recorded as
+// node-wide by pullrecords.
 package credentialprovider
 
 import (

@@ -1,6 +1,3 @@
-// Package csi is nodelet's side of the Container Storage Interface: the
-// kubelet's directory layout and names for CSI volumes, and the registry of
-// CSI node plugins, the plugin watcher's (pluginmanager) CSIPlugin handler.
 package csi
 
 import (

@@ -1,6 +1,9 @@
-// Package envvars computes a container's environment the way the kubelet
-// does: service link variables, envFrom, env (with $(VAR) expansion and
-// valueFrom sources).
+// Package envvars computes a container's environment the way the kubelet does:
+// service link variables, envFrom, env (values, configMap and secret refs,
+// fieldRef, resourceFieldRef).
+//
+// It holds the one $(VAR) expander (Expand, ExpandCommand), used for env
+// values, a container's command and args, and subPathExpr.
 package envvars
 
 import (

@@ -1,7 +1,13 @@
 // Package eviction decides node-pressure evictions: it parses thresholds,
-// computes signals from node stats, tracks pressure conditions with
-// anti-flap, ranks pods and picks at most one victim per cycle. The pure
-// decision functions are separate from Manager, the thin loop that feeds them.
+// computes signals from node stats (the Summary), tracks pressure conditions
+// with anti-flap, ranks pods and picks at most one victim per cycle, and
+// admits pods under pressure. Before those, it enforces local ephemeral
+// storage limits (emptyDir sizeLimit, pod and container ephemeral-storage
+// limits) when localStorageCapacityIsolation is on. The pure decision
+// functions (Decide, DecideLocalStorage, Admit, the rankings) are separate
+// from Manager, the thin loop that feeds them; the agent runs it every 10 s.
+// This is the one parser of evictionHard, evictionSoft and related values,
+// which config and node use too.
 package eviction
 
 import (

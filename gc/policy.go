@@ -1,6 +1,10 @@
-// Package gc garbage-collects unused images and dead containers and
-// sandboxes. The selection rules are pure functions; ImageManager and
-// ContainerGC are thin runners over injected CRI interfaces.
+// Package gc garbage-collects unused images and dead containers and sandboxes.
+// The selection rules are pure functions (SelectImagesToFree,
+// SelectImagesUnusedFor, SelectContainersToRemove, SelectSandboxesToRemove,
+// BytesToFree); ImageManager and ContainerGC are thin runners over injected
+// CRI interfaces. Container GC runs every minute and image GC every 5 minutes,
+// both also on demand under disk pressure (eviction). Image GC keeps its
+// history in <root>/image_gc_state.json.
 package gc
 
 import (

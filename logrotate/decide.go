@@ -6,6 +6,11 @@
 // ReopenContainerLog); older rotated files are gzipped and the oldest removed
 // so that at most maxFiles files remain, the live one included.
 //
+// containerLogMaxWorkers workers check each running container's log (the CRI
+// logPath, resolved below podLogsDir). Decide also removes .tmp leftovers; if
+// ReopenContainerLog fails, the live file is renamed back. RemoveLogs removes
+// a container's logs for container GC.
+//
 // Decide is the pure decision for one container's log; Manager is the
 // executor (CRI calls, the files, the workers and the monitor loop).
 package logrotate

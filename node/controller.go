@@ -2,6 +2,15 @@
 // periodic status update (capacity/allocatable, nodeInfo, addresses, conditions) and the
 // Lease heartbeat in kube-node-lease.
 //
+// Ready's reasons are upstream's words in upstream's order (several as [a,
+// b]). The runtime's health, asked every 5 s by the agent, updates the status
+// as soon as it changes: "container runtime is down" at the first failed
+// Status, "container runtime not ready: RuntimeReady=false reason:...
+// message:...", "container runtime network not ready: NetworkReady=false ...".
+// Reservation gives the node allocatable reservation that the memory manager
+// checks reservedMemory against; AdmissionNode is the Node object syncloop's
+// admission reads.
+//
 // The Lease is renewed by nodelet's own loop (lease.go), which follows the steps of
 // k8s.io/component-helpers/apimachinery/lease (optimistic update from the cached lease,
 // GET/Create with 100 ms..7 s back-off, five updates re-reading on conflict, the heartbeat

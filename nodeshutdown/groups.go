@@ -1,6 +1,8 @@
-// Package nodeshutdown implements graceful node shutdown: priority groups from the kubelet
-// configuration, the kill plan, its execution group by group, and the logind delay inhibitor
-// lock over D-Bus that gives nodelet the time to run it.
+// Package nodeshutdown implements graceful node shutdown: priority groups from
+// the kubelet configuration, the kill plan (the pure Plan), its execution
+// group by group by the Manager, and the logind delay inhibitor lock over
+// D-Bus (Inhibitor) that gives nodelet the time to run it. `nodelet shutdown
+// plan` prints the plan.
 package nodeshutdown
 
 import (

@@ -1,5 +1,3 @@
-// Package pleg is the pod lifecycle event generator: it relists the container
-// runtime, keeps a per-pod status cache fresh, and emits lifecycle events.
 package pleg
 
 import (

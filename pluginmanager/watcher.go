@@ -1,10 +1,16 @@
 // Package pluginmanager watches the kubelet's plugins_registry directory,
 // upstream's pluginmanager: node plugins (node-driver-registrar for CSI, DRA
-// drivers) put a registration socket there, the watcher asks each what it
-// is (GetInfo), hands it to the Handler of its type, tells it the outcome
+// drivers) put a registration socket there, the watcher asks each what it is
+// (GetInfo), hands it to the Handler of its type, tells it the outcome
 // (NotifyRegistrationStatus) and hands it back for deregistration once its
 // socket or registration server goes away. The handlers (csi.Registry,
 // dra.Plugins) are equals: the watcher knows none of their types.
+//
+// The directory is scanned every second; the pure plan turns a scan into
+// actions. A handler's validation refusal waits for the socket to change; a
+// failed registration is retried with back-off unless the error is Permanent;
+// a type without a handler is refused by name. A removed or re-created socket,
+// or a dead registration server, deregisters through the handler.
 package pluginmanager
 
 import (

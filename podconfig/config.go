@@ -1,6 +1,3 @@
-// Package podconfig merges the node's pod sources (the API server, static pod files
-// and the static pod URL) into one stream of de-duplicated updates, and keeps the API server's mirror pods for
-// static pods in line with those static pods.
 package podconfig
 
 import (

@@ -1,7 +1,10 @@
 // Package podresources serves the kubelet's pod resources API
 // (k8s.io/kubelet/pkg/apis/podresources/v1: List, Get,
 // GetAllocatableResources) on <root>/pod-resources/kubelet.sock, which
-// monitoring agents (GPU exporters) read to map devices to pods.
+// monitoring agents (GPU exporters) read to map devices to pods. It is rate
+// limited as upstream (100 QPS, burst 10). Devices come from the device
+// manager, exclusive CPUs from the CPU manager and NUMA memory from the memory
+// manager (the agent passes them; each may be nil).
 package podresources
 
 import (

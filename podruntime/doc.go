@@ -35,6 +35,35 @@
 // (configFailed): the container waits with CreateContainerConfigError and a
 // Failed event, as upstream.
 //
+// # What the runtime is told
+//
+// CRI labels and annotations are upstream's (cri/labels.go), so either agent
+// reads the other's restart counts, grace periods and preStop hooks. A running
+// container is restarted when its io.kubernetes.container.hash, whichever
+// agent wrote it, is not the upstream kubelet's hash of its name and image
+// (hash.go).
+//
+// The sandbox gets the runtime handler of the pod's RuntimeClass (a missing
+// class fails it with FailedCreatePodSandBox) and, for hostUsers: false, its
+// ID mapping from package userns. security.go maps security contexts as
+// upstream: seccomp with seccompDefault and Localhost profiles under
+// <root>/seccomp, AppArmor, SELinux, capabilities, supplemental groups and
+// their policy, the image's user for an unset runAsUser. Ephemeral containers
+// are started once and never restarted; targetContainerName becomes the CRI
+// pid namespace TARGET. Image volumes are pulled like container images and
+// mounted read-only through CRI Mount.image.
+//
+// # Bursts and cut-off starts
+//
+// At most Config.MaxRuntimeStarts (the agent sets 10 per CPU) RunPodSandbox
+// calls and CreateContainer→StartContainer runs go on at once (startslots.go):
+// a burst is started in turns, not all at once. A container left created and
+// never started (nodelet killed between CreateContainer and StartContainer) is
+// removed before its replacement, which reuses its attempt number; when
+// containerd refuses that removal because the killed nodelet's StartContainer
+// is still in flight ("in starting state"), the sync is queued again in 1 s
+// and creates nothing meanwhile.
+//
 // # Wiring
 //
 // New takes Config, the node-wide settings as plain values resolved by the

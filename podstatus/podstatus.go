@@ -1,6 +1,10 @@
-// Package podstatus computes a pod's API status from its spec and what the runtime
-// reports. It is pure: the same inputs always give the same status, which is what
-// lets the status manager patch only on real changes.
+// Package podstatus computes a pod's API status from its spec and what the
+// runtime reports: phase, conditions with observedGeneration, init, app and
+// ephemeral container states (ephemeral ones never ready and outside phase and
+// conditions), resources from the runtime and allocatedResources, and the
+// resize conditions. It is pure (Generate): the same inputs always give the
+// same status, which is what lets the status manager patch only on real
+// changes.
 package podstatus
 
 import (

@@ -1,7 +1,13 @@
-// Package prober runs container probes (startup, liveness, readiness) and
-// lifecycle hooks (postStart, preStop) with the upstream kubelet's semantics:
-// one worker per (pod, container, probe type), thresholds, initial results, and
-// result caches whose changes reach the sync loop on their own channels.
+// Package prober runs container probes (startup, liveness, readiness: exec
+// through CRI ExecSync, httpGet, tcpSocket, grpc) and lifecycle hooks
+// (postStart, preStop; RunHook) with the upstream kubelet's semantics: one
+// worker per (pod, container, probe type) with start-up jitter, thresholds,
+// initial results, and result caches whose changes reach the sync loop on
+// their own channels.
+//
+// A container the API shows running and ready since before this nodelet
+// started keeps Ready until its readiness probe decides (the pure
+// CarriedReady), so a restart of nodelet does not flap running pods.
 package prober
 
 import (

@@ -1,8 +1,12 @@
-// Package pullrecords remembers which credentials pulled which image and decides,
-// under the imagePullCredentialsVerificationPolicy, whether a pod may use an image
-// that is already on the node (KEP-2535, "ensure secret pulled images"). Records
-// live under <root>/image_manager in the upstream kubelet's layout and format, so
-// a node can switch between the two agents.
+// Package pullrecords remembers which credentials pulled which image and
+// decides, under the imagePullCredentialsVerificationPolicy, whether a pod may
+// use an image that is already on the node (KEP-2535, "ensure secret pulled
+// images"). Records live under <root>/image_manager in the upstream kubelet's
+// layout and format, so a node can switch between the two agents.
+//
+// The pure Decide says use the present image, pull with the pod's credentials,
+// or refuse under Never. Pull intents (written before a pull) and pulled
+// records are kept on disk with a cache in front.
 package pullrecords
 
 import (

@@ -1,8 +1,12 @@
 // Package server is the kubelet API: HTTPS on port (10250) with x509/webhook
-// authentication and webhook authorization, and the optional read-only port (10255).
-// It serves health, the node's pods, Prometheus metrics, the stats summary and
-// resource metrics, container logs from the CRI log files, and exec/attach/portForward
-// by proxying to the runtime's CRI streaming server.
+// authentication and webhook authorization (nodes/proxy, stats, log,
+// metrics... as upstream maps paths to subresources), and the optional
+// read-only port (10255). It serves /healthz, /pods, /metrics,
+// /metrics/probes, /metrics/resource, /metrics/cadvisor (cAdvisor's
+// container_* and machine_* series from the stats cache), /stats/summary,
+// /configz, container logs from the CRI log files (/containerLogs), and /exec,
+// /attach, /portForward and /run by proxying to the runtime's CRI streaming
+// server.
 package server
 
 import (

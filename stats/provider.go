@@ -1,17 +1,3 @@
-// Package stats measures the node and its pods: memory, CPU and process counts from
-// the kernel (procfs, cgroupfs), filesystems by statfs, container usage from the CRI
-// runtime and volume and log usage from disk. It builds the kubelet's Summary
-// (stats/v1alpha1), measured in the background by Cache, whose last
-// measurement /stats/summary, /metrics/resource and the eviction manager read.
-//
-// /proc/stat (node CPU time, boot time) is read with github.com/prometheus/procfs.
-// Three files keep small parsers of their own (issue 34, measured on procfs
-// v0.22.0): its meminfo and net/dev parsers index fields without checking how
-// many a line has, so a blank or short line (a fake or lxcfs /proc) panics the
-// measuring goroutine, and nodelet with it, and one unexpected line refuses the
-// whole file; nodelet's skip what does not parse (meminfo is
-// nodelet/procfs.ParseMeminfo). Its LoadAvg has no running/total field, which
-// rlimit's process count reads.
 package stats
 
 import (

@@ -1,5 +1,6 @@
-// Package statussync keeps the node's view of each pod's status and writes it to the API
-// server's pods/status subresource, only when it differs from what the API holds.
+// Package statussync is upstream's status manager: it keeps the node's view of
+// each pod's status (podstatus computes it) and writes it to the API server's
+// pods/status subresource, only when it differs from what the API holds.
 package statussync
 
 import (

@@ -1,6 +1,3 @@
-// Package syncloop is nodelet's heart: one loop merges pod updates, PLEG events,
-// periodic resyncs and housekeeping, and hands each pod to its own worker, so a
-// pod is never synced twice at once and updates to a busy pod coalesce.
 package syncloop
 
 import (

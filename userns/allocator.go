@@ -1,8 +1,15 @@
-// Package userns gives pods with spec.hostUsers: false their user namespace:
-// a range of host IDs per pod (userNamespaces.idsPerPod, 65536 by default)
-// taken from the kubelet user's subordinate IDs, kept in <root>/pods/<uid>/userns
-// so a restart maps the pod the same way, and released when the pod is removed,
-// as the upstream kubelet's user namespace manager does.
+// Package userns gives pods with spec.hostUsers: false their user namespace: a
+// range of host IDs per pod (userNamespaces.idsPerPod, 65536 by default) taken
+// from the kubelet user's subordinate IDs (getsubids kubelet, else the IDs
+// from idsPerPod up), kept in <root>/pods/<uid>/userns (upstream's JSON) so a
+// restart maps the pod the same way, and released when the pod is removed, as
+// the upstream kubelet's user namespace manager does.
+//
+// The Allocator is pure bookkeeping of the ranges (a random free range per
+// pod). The Manager reads the files back at start, releases the ranges of
+// orphaned pod dirs every minute (Run), and refuses a pod with upstream's
+// words when the runtime handler lacks user namespaces (CRI Status
+// runtime_handlers[].features.user_namespaces).
 package userns
 
 import (

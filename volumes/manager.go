@@ -1,6 +1,3 @@
-// Package volumes prepares a pod's volumes on the host, in the upstream
-// kubelet's directory layout, so the runtime can bind-mount them:
-// <rootDir>/pods/<podUID>/volumes/kubernetes.io~<plugin>/<volumeName>.
 package volumes
 
 import (

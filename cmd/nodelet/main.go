@@ -1,4 +1,10 @@
-// Command nodelet is a Kubernetes node agent: a reimplementation of the kubelet.
+// Command nodelet is a Kubernetes node agent: a reimplementation of the
+// kubelet.
+//
+// The main is thin: flags → config.Load → agent.Run. `nodelet shutdown plan`
+// prints the graceful node shutdown plan (which pods stop in which priority
+// group, with which grace) without running the agent. The binary must not link
+// test support (deps_test.go checks).
 package main
 
 import (

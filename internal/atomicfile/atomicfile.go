@@ -1,6 +1,12 @@
 // Package atomicfile replaces files so that neither a concurrent reader nor a
-// crash ever sees half of one: nodelet's keys, certificates and kubeconfigs
-// are read back at the next start, and a torn one must not wedge it.
+// crash ever sees half of one: nodelet's keys, certificates, kubeconfigs and
+// checkpoints are read back at the next start, and a torn one must not wedge
+// it.
+//
+// WriteFile writes a temp file in the same dir, fsyncs it, renames it over the
+// target, fsyncs the dir, with the exact mode asked. SetAside moves a file
+// that does not read back to <name>.corrupt-<unix time> (docs/on-disk.md lists
+// the files and what each does when corrupt).
 package atomicfile
 
 import (

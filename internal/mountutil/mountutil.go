@@ -1,7 +1,9 @@
 // Package mountutil finds, removes and steps around mount points, so that
-// nodelet never deletes data through a mount left in a pod directory (its
-// own volume and subPath mounts, or an earlier kubelet's CSI and subPath
-// mounts on a node that switched agents).
+// nodelet never deletes data through a mount left in a pod directory (its own
+// volume and subPath mounts, or an earlier kubelet's CSI and subPath mounts on
+// a node that switched agents). Mount points come from /proc/self/mountinfo;
+// RemoveAll never crosses a mount point or a device, and everything nodelet
+// deletes under the root dir and podLogsDir goes through it.
 package mountutil
 
 import (

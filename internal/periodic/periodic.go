@@ -1,4 +1,8 @@
-// Package periodic runs a function on a clock's ticker.
+// Package periodic runs a function on a clock's ticker: Every calls it once
+// per period until the context ends. It is the shared ticker loop (the CPU
+// manager's reconcile, QoS cgroup updates, user namespace cleanup, the
+// allocation checkpoint flusher, container GC, the plugin watcher's scan use
+// it).
 package periodic
 
 import (

@@ -1,8 +1,13 @@
 // Package podutil is the one home of the small facts about a pod that several
-// packages ask: where it came from (static, mirror), whether it is critical,
-// its priority, whether its phase is terminal and which init containers are
-// sidecars. The keys and values are upstream's, so a node can switch between
-// nodelet and the kubelet.
+// packages ask: where it came from (static, mirror; the kubernetes.io/config.*
+// annotation keys and source names), whether it is critical, its priority and
+// its constants, whether its phase is terminal and which init containers are
+// sidecars. It holds the one decision whether an exited container restarts
+// (ContainerShouldRestart: the container's restartPolicyRules and
+// restartPolicy, then the pod's), asked by podruntime, podstatus and prober,
+// and a pod's requests as the scheduler counts them (PodRequests: admission,
+// resize, eviction ranking). The keys and values are upstream's, so a node can
+// switch between nodelet and the kubelet.
 package podutil
 
 import (

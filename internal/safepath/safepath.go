@@ -9,6 +9,9 @@
 // made of such links), one that is absolute or climbs above the root is an
 // error. ".." is never sent to the kernel, so a directory moved away during
 // the walk cannot take it elsewhere.
+//
+// MkdirAll creates the missing directories below the root the same way, with
+// the root's mode.
 package safepath
 
 import (

@@ -4,6 +4,25 @@
 // allocates devices to containers through the plugins' Allocate. The decision
 // of which devices a container gets is decide.go's pure functions; this file
 // executes it over gRPC and keeps the checkpoint.
+//
+// Registration checks the version, the extended resource name and that the
+// endpoint is a socket directly in the device-plugins dir (no link); the
+// plugins' sockets there are removed at start, as upstream, so plugins
+// register again. One client per plugin follows ListAndWatch into capacity
+// (all devices) and allocatable (the healthy ones); when a plugin goes, its
+// allocatable drops to 0, and after 5 minutes it is dropped and reported at 0.
+//
+// The pure Decide, Complete and NextReusable choose the devices (those already
+// held, init containers' devices reused, free healthy ones, then the plugin's
+// GetPreferredAllocation); the Manager executes that at admission with
+// Allocate, per container for the topology manager (NUMA hints from the
+// devices' Topology.Nodes; the chosen affinity's devices first, as upstream's
+// filterByAffinity). ApplyDevices calls PreStartContainer when the plugin asks
+// for it and puts env, mounts, devices, annotations and CDI devices into the
+// CRI config. Devices of pods no longer active are freed once the sync loop
+// has synced its sources. Assignments (device IDs per NUMA node, upstream's
+// DevicesPerNUMA; the older plain ID list still loads) and Allocate answers
+// are kept in kubelet_internal_checkpoint (internal/checkpoint).
 package devicemanager
 
 import (

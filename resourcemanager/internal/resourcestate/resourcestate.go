@@ -1,7 +1,12 @@
-// Package resourcestate is what the CPU and memory managers share about
-// their checkpointed assignments: the decision at start between a
-// checkpoint, a fresh state and a refusal, and the list of a pod's
-// assigned containers.
+// Package resourcestate is what the CPU and memory managers share about their
+// checkpointed assignments: the decision at start (Restore.Run) between a
+// checkpoint, a fresh state and a refusal, and the list of a pod's assigned
+// containers (Containers).
+//
+// At start a checkpoint is restored; a missing one gives a fresh state; under
+// a policy without assignments (none) a corrupt one is set aside; one that
+// does not fit the machine or is of another policy stops the start with
+// upstream's message (drain the node, delete the file).
 package resourcestate
 
 import (

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/resourcemanager/internal/resourcestate"
 )
 
 // MemoryTable is one resource's memory on one NUMA node, in bytes, as
@@ -75,6 +77,11 @@ func (s State) Clone() State {
 		}
 	}
 	return out
+}
+
+// Containers are the pod's containers holding memory blocks, sorted.
+func (s State) Containers(podUID string) []string {
+	return resourcestate.Containers(s.Assignments, podUID)
 }
 
 // Nodes are the machine's NUMA node IDs, ascending.

@@ -19,11 +19,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cgroups"
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
 	"github.com/nodelet/nodelet/hostsetup"
+	"github.com/nodelet/nodelet/internal/periodic"
 	nodeletversion "github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/syncloop"
@@ -94,7 +96,7 @@ func notifySystemd(ctx context.Context, loop *syncloop.Loop, p healthChecker) {
 		case <-ctx.Done():
 		}
 	}()
-	watchdog(ctx, p, loop)
+	watchdog(ctx, clock.RealClock{}, p, loop)
 	<-ctx.Done()
 	<-logged
 	logger.Info("Stopping nodelet; running pods are left running")
@@ -246,23 +248,16 @@ func registerNodeGauges(reg prometheus.Registerer, nodeName string, mode cgroups
 	reg.MustRegister(name, version)
 }
 
-// watchdog pings systemd while the loop and PLEG are healthy, so a wedged
-// nodelet is restarted when WatchdogSec is set.
-func watchdog(ctx context.Context, p healthChecker, loop *syncloop.Loop) {
+// watchdog pings systemd on clk while the loop and PLEG are healthy, so a
+// wedged nodelet is restarted when WatchdogSec is set.
+func watchdog(ctx context.Context, clk clock.WithTicker, p healthChecker, loop *syncloop.Loop) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil || interval == 0 {
 		return
 	}
-	t := time.NewTicker(interval / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if p.Healthy() == nil && loop.Healthy() == nil {
-				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
-			}
+	periodic.Every(ctx, clk, interval/2, func(context.Context) {
+		if p.Healthy() == nil && loop.Healthy() == nil {
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		}
-	}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/node"
 	"github.com/nodelet/nodelet/pleg"
 )
@@ -59,16 +60,7 @@ func newRuntimeHealth(rt runtimeStatuser, clk clock.WithTicker) *runtimeHealth {
 }
 
 func (h *runtimeHealth) run(ctx context.Context) {
-	t := h.clock.NewTicker(runtimeHealthPeriod)
-	defer t.Stop()
-	for {
-		h.check(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	periodic.NowAndEvery(ctx, h.clock, runtimeHealthPeriod, h.check)
 }
 
 func (h *runtimeHealth) check(ctx context.Context) {

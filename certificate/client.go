@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // ClientOptions say where the node's API credential comes from.
@@ -265,14 +267,7 @@ func (c *Client) Run(ctx context.Context, rec record.EventRecorder) {
 	defer c.manager.Stop()
 	last := c.manager.Current()
 	expiredReported := false
-	t := c.clk.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	periodic.Every(ctx, c.clk, time.Second, func(context.Context) {
 		cur := c.manager.Current()
 		switch {
 		case cur == nil && last != nil && !expiredReported:
@@ -289,7 +284,7 @@ func (c *Client) Run(ctx context.Context, rec record.EventRecorder) {
 			last = cur
 			c.dialer.CloseAll()
 		}
-	}
+	})
 }
 
 // CloseAllConns closes every connection of the API clients built from

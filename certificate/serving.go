@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // ServingOptions say where the certificate for nodelet's HTTPS port comes from.
@@ -190,14 +191,7 @@ func (s *Serving) Run(ctx context.Context, rec record.EventRecorder) {
 		<-ctx.Done()
 		return
 	}
-	t := s.clk.NewTicker(durationOr(s.opts.ReloadEvery, 10*time.Second))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	periodic.Every(ctx, s.clk, durationOr(s.opts.ReloadEvery, 10*time.Second), func(context.Context) {
 		changed, err := s.file.reloadIfChanged()
 		if err != nil {
 			logger.Error(err, "Reloading the serving certificate; keeping the one in use", "certFile", s.file.certFile, "keyFile", s.file.keyFile)
@@ -205,7 +199,7 @@ func (s *Serving) Run(ctx context.Context, rec record.EventRecorder) {
 			c := s.file.current()
 			logger.Info("Serving certificate reloaded from its files", "certFile", s.file.certFile, "notAfter", c.Leaf.NotAfter)
 		}
-	}
+	})
 }
 
 // servingTemplate is the serving CSR for the node: CN system:node:<name>,

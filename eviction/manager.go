@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // DefaultMonitoringInterval is upstream's evictionMonitoringPeriod.
@@ -139,18 +141,11 @@ func NewManager(cfg Config, clk clock.WithTicker, stats StatsProvider, reclaimer
 
 // Run synchronizes every MonitoringInterval until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
-	t := m.clock.NewTicker(m.cfg.MonitoringInterval)
-	defer t.Stop()
-	for {
+	periodic.NowAndEvery(ctx, m.clock, m.cfg.MonitoringInterval, func(ctx context.Context) {
 		if _, err := m.Synchronize(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Eviction manager: synchronize failed")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	})
 }
 
 // Conditions returns the pressure conditions to report on the node.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // Upstream defaults and event reasons.
@@ -373,26 +374,19 @@ func (m *ImageManager) Run(ctx context.Context, period time.Duration) {
 	if err := m.DetectImages(ctx); err != nil && ctx.Err() == nil {
 		klog.ErrorS(err, "Image garbage collection: detecting images at start")
 	}
-	t := m.clock.NewTicker(period)
-	defer t.Stop()
 	prevFailed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	periodic.Every(ctx, m.clock, period, func(ctx context.Context) {
 		if _, err := m.GarbageCollect(ctx); err != nil {
 			if ctx.Err() != nil {
-				return
+				return // stopping: Every returns too
 			}
 			klog.ErrorS(err, "Image garbage collection failed")
 			if prevFailed {
 				m.event(v1.EventTypeWarning, ReasonImageGCFailed, "%s", err.Error())
 			}
 			prevFailed = true
-			continue
+			return
 		}
 		prevFailed = false
-	}
+	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/ctxio"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/internal/periodic"
 	"github.com/nodelet/nodelet/internal/safepath"
 )
 
@@ -60,18 +61,11 @@ func (m *Manager) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	logger.Info("Initializing container log rotate workers", "workers", m.cfg.Workers, "monitorPeriod", m.cfg.Interval,
 		"maxSize", m.cfg.Policy.MaxSize, "maxFiles", m.cfg.Policy.MaxFiles)
-	t := m.clock.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	for {
+	periodic.NowAndEvery(ctx, m.clock, m.cfg.Interval, func(ctx context.Context) {
 		if err := m.RotateAll(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Failed to rotate container logs")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	})
 }
 
 // RotateAll is one monitor pass: the log of every running container is

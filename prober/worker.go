@@ -119,6 +119,7 @@ func (w *worker) run(ctx context.Context) {
 			return
 		}
 	}
+	// Not periodic.Every: a manual trigger probes early, and a finished worker ends the loop.
 	ticker := w.m.clock.NewTicker(period)
 	defer ticker.Stop()
 	for w.doProbe(ctx) {

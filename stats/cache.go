@@ -8,6 +8,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/periodic"
 )
 
 // DefaultHousekeepingPeriod is how often the Cache measures: upstream's
@@ -63,20 +65,13 @@ func NewCache(src snapshotSource, period time.Duration, clk clock.WithTicker) *C
 // Run measures at once and then every period until ctx ends; it returns once
 // its last measurement has finished.
 func (c *Cache) Run(ctx context.Context) {
-	t := c.clock.NewTicker(c.period)
-	defer t.Stop()
-	for {
+	periodic.NowAndEvery(ctx, c.clock, c.period, func(ctx context.Context) {
 		// Newer than now: a measurement a reader started just before is
 		// not repeated, one started earlier is.
 		if _, err := c.NewerThan(ctx, c.clock.Now()); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Measuring node and pod stats")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	})
 }
 
 // Snapshot returns the last measurement (measuring now when there is none,

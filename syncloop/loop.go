@@ -286,6 +286,7 @@ func (l *Loop) Healthy() error {
 func (l *Loop) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	l.started = l.deps.Clock.Now()
+	// Not periodic.Every: one select serves two tickers, a timer and the update, PLEG and probe channels.
 	resync := l.deps.Clock.NewTicker(l.cfg.ResyncTick)
 	defer resync.Stop()
 	housekeeping := l.deps.Clock.NewTicker(l.cfg.HousekeepingPeriod)

@@ -40,8 +40,14 @@ type Config struct {
 	Metrics *resourcemetrics.Metrics
 }
 
+// provider is the embedded resourcestate.Provider: its methods (the
+// topology manager's hints, Allocated, Release) are the Manager's.
+type provider = resourcestate.Provider[State]
+
 // Manager holds the CPU assignments, checkpoints them and applies them.
 type Manager struct {
+	provider
+
 	cfg     Config
 	rt      Runtime
 	running func(ctx context.Context) ([]RunningContainer, error)
@@ -74,9 +80,12 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 			return State{DefaultCPUSet: cpuset.New(), Assignments: map[string]map[string]cpuset.CPUSet{}}
 		},
 	}
+	var policy resourcestate.Policy[State] // nil under policy none
 	if cfg.Static != nil {
 		r.Validate, r.Initial = cfg.Static.ValidateState, cfg.Static.InitialState
+		policy = cfg.Static
 	}
+	m.provider = resourcestate.NewProvider(&m.mu, &m.state, policy, m.commit, "exclusive CPUs")
 	s, ok, err := r.Run(clk.Now())
 	if err != nil {
 		return nil, err
@@ -97,27 +106,6 @@ func New(cfg Config, rt Runtime, running func(ctx context.Context) ([]RunningCon
 }
 
 func (m *Manager) checkpointPath() string { return filepath.Join(m.cfg.RootDir, CheckpointFile) }
-
-// GetTopologyHints are the static policy's NUMA hints for a container from
-// the CPUs free now (nil, no preference, under policy none).
-func (m *Manager) GetTopologyHints(pod *v1.Pod, c *v1.Container) topologymanager.ProviderHints {
-	if m.cfg.Static == nil {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg.Static.TopologyHints(m.state, pod, c)
-}
-
-// GetPodTopologyHints are the hints for the whole pod (the pod scope).
-func (m *Manager) GetPodTopologyHints(pod *v1.Pod) topologymanager.ProviderHints {
-	if m.cfg.Static == nil {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg.Static.PodTopologyHints(m.state, pod)
-}
 
 // Allocate gives a container its exclusive CPUs at admission, on the
 // affinity's NUMA nodes first, and checkpoints them; the topology manager
@@ -152,33 +140,6 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 	}
 	klog.InfoS("CPU manager assigned exclusive CPUs", "pod", klog.KObj(pod), "container", c.Name, "cpus", set.String(), "numaAffinity", affinity.Affinity.String())
 	return m.commit(next)
-}
-
-// Allocated are the pod's containers holding exclusive CPUs.
-func (m *Manager) Allocated(podUID types.UID) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return resourcestate.Containers(m.state.Assignments, string(podUID))
-}
-
-// Release gives back the exclusive CPUs of the pod's named containers (the
-// topology manager's undo of a refused admission).
-func (m *Manager) Release(ctx context.Context, podUID types.UID, containers []string) {
-	if m.cfg.Static == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.state
-	for _, name := range containers {
-		s = m.cfg.Static.Release(s, string(podUID), name)
-	}
-	if len(s.Assignments[string(podUID)]) == len(m.state.Assignments[string(podUID)]) {
-		return
-	}
-	if err := m.commit(s); err != nil {
-		klog.FromContext(ctx).Error(err, "Releasing CPUs", "podUID", podUID, "containers", containers)
-	}
 }
 
 // commit checkpoints s and makes it current; a state that cannot be

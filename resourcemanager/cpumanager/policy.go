@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodelet/nodelet/cgroups"
+	"github.com/nodelet/nodelet/resourcemanager/internal/resourcestate"
 	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 
@@ -146,6 +147,11 @@ func (s State) Assigned() cpuset.CPUSet {
 		}
 	}
 	return out
+}
+
+// Containers are the pod's containers holding exclusive CPUs, sorted.
+func (s State) Containers(podUID string) []string {
+	return resourcestate.Containers(s.Assignments, podUID)
 }
 
 // Lookup returns a container's exclusive CPUs.

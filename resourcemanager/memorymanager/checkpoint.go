@@ -84,7 +84,7 @@ func readCheckpoint(path, policy string) (s State, ok bool, err error) {
 				if t == nil {
 					return State{}, false, fmt.Errorf("decoding the memory manager checkpoint: NUMA node %d has no %s table: %w", id, res, errCorrupt)
 				}
-				mt := MemoryTable(*t)
+				mt := *t
 				ns.MemoryMap[res] = &mt
 			}
 		}
@@ -93,11 +93,7 @@ func readCheckpoint(path, policy string) (s State, ok bool, err error) {
 	for pod, cs := range c.Entries {
 		s.Assignments[pod] = make(map[string][]Block, len(cs))
 		for name, blocks := range cs {
-			bs := make([]Block, len(blocks))
-			for i, b := range blocks {
-				bs[i] = Block(b)
-			}
-			s.Assignments[pod][name] = bs
+			s.Assignments[pod][name] = append(make([]Block, 0, len(blocks)), blocks...)
 		}
 	}
 	return s, true, nil
@@ -106,28 +102,9 @@ func readCheckpoint(path, policy string) (s State, ok bool, err error) {
 // encodeCheckpoint renders s for policy as kubelet v1.37 writes it
 // (internal/state), so either can read the other's file after a swap.
 func encodeCheckpoint(policy string, s State) ([]byte, error) {
-	d := state.MemoryManagerCheckpointData{PolicyName: policy, MachineState: state.NUMANodeMap{}, Entries: state.ContainerMemoryAssignments{}}
-	for id, n := range s.Machine {
-		ns := &state.NUMANodeState{NumberOfAssignments: n.NumberOfAssignments, Cells: n.Cells}
-		if n.MemoryMap != nil {
-			ns.MemoryMap = make(map[v1.ResourceName]*state.MemoryTable, len(n.MemoryMap))
-			for res, t := range n.MemoryMap {
-				mt := state.MemoryTable(*t)
-				ns.MemoryMap[res] = &mt
-			}
-		}
-		d.MachineState[id] = ns
-	}
-	for pod, cs := range s.Assignments {
-		d.Entries[pod] = make(map[string][]state.Block, len(cs))
-		for name, blocks := range cs {
-			bs := make([]state.Block, len(blocks))
-			for i, b := range blocks {
-				bs[i] = state.Block(b)
-			}
-			d.Entries[pod][name] = bs
-		}
-	}
+	// The state's types are upstream's (state.go); Encode copies what it
+	// normalizes.
+	d := state.MemoryManagerCheckpointData{PolicyName: policy, MachineState: state.NUMANodeMap(s.Machine), Entries: s.Assignments}
 	b, err := state.Encode(d)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the memory manager checkpoint: %w", err)

@@ -33,9 +33,15 @@ type Config struct {
 	Metrics *resourcemetrics.Metrics
 }
 
+// provider is the embedded resourcestate.Provider: its methods (the
+// topology manager's hints, Allocated, Release) are the Manager's.
+type provider = resourcestate.Provider[State]
+
 // Manager holds the memory blocks, checkpoints them and answers the
 // topology manager and container creation.
 type Manager struct {
+	provider
+
 	cfg Config
 
 	mu    sync.Mutex
@@ -62,9 +68,12 @@ func New(cfg Config, clk clock.Clock) (*Manager, error) {
 			return State{Machine: NodeMap{}, Assignments: map[string]map[string][]Block{}, Reusable: map[string]map[string]map[v1.ResourceName]uint64{}}
 		},
 	}
+	var policy resourcestate.Policy[State] // nil under policy None
 	if cfg.Static != nil {
 		r.Validate, r.Initial = cfg.Static.ValidateState, cfg.Static.InitialState
+		policy = cfg.Static
 	}
+	m.provider = resourcestate.NewProvider(&m.mu, &m.state, policy, m.commit, "NUMA memory")
 	s, ok, err := r.Run(clk.Now())
 	if err != nil {
 		return nil, err
@@ -90,27 +99,6 @@ func (m *Manager) commit(s State) error {
 	return nil
 }
 
-// GetTopologyHints are the static policy's NUMA hints for a container's
-// memory and huge pages (nil, no preference, under policy None).
-func (m *Manager) GetTopologyHints(pod *v1.Pod, c *v1.Container) topologymanager.ProviderHints {
-	if m.cfg.Static == nil {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg.Static.TopologyHints(m.state, pod, c)
-}
-
-// GetPodTopologyHints are the hints for the whole pod (the pod scope).
-func (m *Manager) GetPodTopologyHints(pod *v1.Pod) topologymanager.ProviderHints {
-	if m.cfg.Static == nil {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg.Static.PodTopologyHints(m.state, pod)
-}
-
 // Allocate gives a container of a Guaranteed pod its memory blocks along
 // the topology manager's affinity and checkpoints them.
 func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affinity topologymanager.Hint) error {
@@ -134,34 +122,6 @@ func (m *Manager) Allocate(_ context.Context, pod *v1.Pod, c *v1.Container, affi
 	}
 	klog.InfoS("Memory manager assigned NUMA memory", "pod", klog.KObj(pod), "container", c.Name, "numaNodes", next.NUMANodes(string(pod.UID), c.Name))
 	return m.commit(next)
-}
-
-// Allocated are the pod's containers holding memory blocks.
-func (m *Manager) Allocated(podUID types.UID) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return resourcestate.Containers(m.state.Assignments, string(podUID))
-}
-
-// Release gives back the memory of the pod's named containers.
-func (m *Manager) Release(ctx context.Context, podUID types.UID, containers []string) {
-	if m.cfg.Static == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.state
-	for _, name := range containers {
-		s = m.cfg.Static.Release(s, string(podUID), name)
-	}
-	if len(s.Assignments[string(podUID)]) == len(m.state.Assignments[string(podUID)]) {
-		return
-	}
-	if err := m.commit(s); err != nil {
-		klog.FromContext(ctx).Error(err, "Releasing memory", "podUID", podUID)
-		return
-	}
-	klog.FromContext(ctx).Info("Released NUMA memory", "podUID", podUID, "containers", containers)
 }
 
 // RemovePod releases every block of a pod that is gone.

@@ -5,36 +5,27 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/resourcemanager/internal/resourcestate"
+	"github.com/nodelet/nodelet/resourcemanager/memorymanager/internal/state"
 )
 
-// MemoryTable is one resource's memory on one NUMA node, in bytes, as
-// upstream's checkpoint has it.
-type MemoryTable struct {
-	TotalMemSize   uint64 `json:"total"`
-	SystemReserved uint64 `json:"systemReserved"`
-	Allocatable    uint64 `json:"allocatable"`
-	Reserved       uint64 `json:"reserved"`
-	Free           uint64 `json:"free"`
-}
+// MemoryTable is one resource's memory on one NUMA node, in bytes:
+// upstream's checkpoint type, so the state is checkpointed without a copy
+// of its own.
+type MemoryTable = state.MemoryTable
 
 // NodeState is one NUMA node: its memory by resource, how many blocks use
 // it, and the group of nodes it is allocated with (itself alone until a
-// cross-node allocation groups it).
-type NodeState struct {
-	NumberOfAssignments int                              `json:"numberOfAssignments"`
-	MemoryMap           map[v1.ResourceName]*MemoryTable `json:"memoryMap"`
-	Cells               []int                            `json:"cells"`
-}
+// cross-node allocation groups it). Upstream's checkpoint type.
+type NodeState = state.NUMANodeState
 
 // NodeMap is the machine's NUMA nodes by ID.
 type NodeMap map[int]*NodeState
 
 // Block is memory of one resource given to a container on a set of nodes.
-type Block struct {
-	NUMAAffinity []int           `json:"numaAffinity"`
-	Type         v1.ResourceName `json:"type"`
-	Size         uint64          `json:"size"`
-}
+// Upstream's checkpoint type.
+type Block = state.Block
 
 // State is the memory manager's state: the machine and the blocks by pod
 // UID and container name. Reusable is the memory the pod being admitted
@@ -75,6 +66,11 @@ func (s State) Clone() State {
 		}
 	}
 	return out
+}
+
+// Containers are the pod's containers holding memory blocks, sorted.
+func (s State) Containers(podUID string) []string {
+	return resourcestate.Containers(s.Assignments, podUID)
 }
 
 // Nodes are the machine's NUMA node IDs, ascending.

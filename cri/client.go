@@ -98,7 +98,7 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 	c.runtime, err = remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(rtTarget).
 		WithConnectionTimeout(timeout).WithTracerProvider(o.tracer).Build(ctx)
 	if err != nil {
-		return nil, runtimeConnectError(runtimeEndpoint, err)
+		return nil, connectError("container runtime", "RuntimeService", runtimeEndpoint, err)
 	}
 	if err := c.checkRuntimeVersion(ctx); err != nil {
 		_ = c.Close(ctx)
@@ -110,7 +110,7 @@ func New(ctx context.Context, runtimeEndpoint, imageEndpoint string, timeout tim
 		WithConnectionTimeout(timeout).WithTracerProvider(o.tracer).Build(ctx)
 	if err != nil {
 		_ = c.Close(ctx)
-		return nil, imageConnectError(imageEndpoint, err)
+		return nil, connectError("image service", "ImageService", imageEndpoint, err)
 	}
 	// Metrics are registered only once the runtime answered, so a caller may retry
 	// New with the same registry while the runtime starts.
@@ -168,28 +168,17 @@ func usableSocket(endpoint string) (string, error) {
 	return "unix://" + path, nil
 }
 
-// runtimeConnectError words cri-client's failed connection check (a Version
-// call) for an operator.
-func runtimeConnectError(endpoint string, err error) error {
+// connectError words cri-client's failed connection check (Version for the
+// runtime service, ImageFsInfo for the image service) for an operator. what
+// is "container runtime" or "image service", service the gRPC service's name.
+func connectError(what, service, endpoint string, err error) error {
 	switch status.Code(err) {
 	case codes.Unimplemented:
-		return fmt.Errorf("container runtime at %s does not speak CRI v1 (runtime.v1.RuntimeService is not served): upgrade containerd to >= 1.6: %w", endpoint, err)
+		return fmt.Errorf("%s at %s does not speak CRI v1 (runtime.v1.%s is not served): upgrade containerd to >= 1.6: %w", what, endpoint, service, err)
 	case codes.Unavailable:
-		return fmt.Errorf("cannot reach the container runtime at %s: is containerd running? %w", endpoint, err)
+		return fmt.Errorf("cannot reach the %s at %s: is containerd running? %w", what, endpoint, err)
 	}
-	return fmt.Errorf("checking CRI version of the container runtime at %s: %w", endpoint, err)
-}
-
-// imageConnectError words cri-client's failed image service check (an
-// ImageFsInfo call) for an operator.
-func imageConnectError(endpoint string, err error) error {
-	switch status.Code(err) {
-	case codes.Unimplemented:
-		return fmt.Errorf("image service at %s does not speak CRI v1 (runtime.v1.ImageService is not served): upgrade containerd to >= 1.6: %w", endpoint, err)
-	case codes.Unavailable:
-		return fmt.Errorf("cannot reach the image service at %s: is containerd running? %w", endpoint, err)
-	}
-	return fmt.Errorf("checking the image service at %s: %w", endpoint, err)
+	return fmt.Errorf("checking the %s at %s: %w", what, endpoint, err)
 }
 
 // checkRuntimeVersion refuses runtimes that do not answer CRI v1, with a
@@ -202,7 +191,7 @@ func (c *Client) checkRuntimeVersion(ctx context.Context) error {
 			// cri-client's "not all fields are set in VersionResponse".
 			return fmt.Errorf("container runtime at %s gave an incomplete CRI version answer: %w: it does not speak CRI v1; upgrade containerd to >= 1.6", c.runtimeEndpoint, err)
 		}
-		return runtimeConnectError(c.runtimeEndpoint, err)
+		return connectError("container runtime", "RuntimeService", c.runtimeEndpoint, err)
 	}
 	if api := resp.GetRuntimeApiVersion(); api != CRIVersion && !strings.HasPrefix(api, CRIVersion+".") {
 		return fmt.Errorf("container runtime at %s does not speak CRI v1 (runtime %q API %q): upgrade containerd to >= 1.6",

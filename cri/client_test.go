@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
 
 	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/internal/eventually"
@@ -532,7 +533,58 @@ func TestExecSyncCallTimeout(t *testing.T) {
 			if tc.wantCode == codes.DeadlineExceeded && (took < requestTimeout+execTimeout || took >= tc.delay) {
 				t.Errorf("cut after %v, want at the exec timeout plus the request timeout (%v)", took, requestTimeout+execTimeout)
 			}
+			// The prober and the server look for the code; cri-client's own
+			// sentinel stays reachable too.
+			if tc.wantCode == codes.DeadlineExceeded && !errors.Is(err, remote.ErrCommandTimedOut) {
+				t.Errorf("a cut exec %v does not wrap cri-client's ErrCommandTimedOut", err)
+			}
 		})
+	}
+}
+
+// TestCheckpointContainerTimeout: as upstream's client, the call's deadline is
+// the checkpoint's own timeout when that is longer than the request timeout,
+// and never shorter than the request timeout.
+func TestCheckpointContainerTimeout(t *testing.T) {
+	// Generous margins: the machine is shared and tests run under -race.
+	const requestTimeout = 3 * time.Second
+	tests := []struct {
+		name     string
+		timeout  int64 // the request's, in seconds
+		delay    time.Duration
+		wantCode codes.Code // the fake answers Unimplemented when it answers at all
+	}{
+		{"a shorter checkpoint timeout gets the request timeout", 1, 2 * time.Second, codes.Unimplemented},
+		{"a longer checkpoint timeout replaces the request timeout", 5, 4 * time.Second, codes.Unimplemented},
+		{"beyond both is cut", 0, 7 * time.Second, codes.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fakecri.New(t)
+			c := newTestClient(t, f, requestTimeout)
+			f.SetDelay("CheckpointContainer", tc.delay)
+			err := c.CheckpointContainer(context.Background(), &runtimeapi.CheckpointContainerRequest{ContainerId: "c1", Timeout: tc.timeout})
+			if got := status.Code(err); got != tc.wantCode {
+				t.Fatalf("code = %v (err %v), want %v", got, err, tc.wantCode)
+			}
+			if !strings.Contains(err.Error(), "checkpointing container c1") {
+				t.Errorf("err %q lacks its context", err)
+			}
+		})
+	}
+}
+
+// TestPullImageUnknownError: as upstream's client, a pull refused with gRPC
+// code Unknown (containerd's "failed to resolve reference ...") comes back as
+// its message alone, with the context of what was pulled.
+func TestPullImageUnknownError(t *testing.T) {
+	f := fakecri.New(t)
+	c := newTestClient(t, f, time.Minute)
+	f.InjectError("PullImage", status.Error(codes.Unknown, "failed to resolve reference"))
+	_, err := c.PullImage(context.Background(), &runtimeapi.ImageSpec{Image: "a/b:c"}, nil, nil)
+	if err == nil || err.Error() != "pulling image a/b:c: failed to resolve reference" {
+		t.Errorf("PullImage = %v", err)
 	}
 }
 

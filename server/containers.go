@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -155,15 +156,7 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 	case po.SinceTime != nil:
 		opts.Since = po.SinceTime.Time
 	}
-	// A previous instance has stopped: following it ends at its end.
-	id := c.Id
-	running := func(ctx context.Context) bool {
-		if po.Previous {
-			return false
-		}
-		st, err := s.deps.Runtime.ContainerStatus(ctx, id, false)
-		return err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
-	}
+	running := followRunning(s.deps.Runtime, c.Id, po.Previous)
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	var out io.Writer = w
@@ -173,6 +166,23 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 	err = ReadLogs(ctx, logPath, opts, out, logFollower{running: running, clock: s.deps.Clock, poll: s.logPoll})
 	if err != nil && ctx.Err() == nil {
 		klog.FromContext(ctx).Error(err, "Reading container logs", "pod", klog.KRef(ns, pod), "container", container)
+	}
+}
+
+// followRunning is how a followed log learns its container stopped. A previous
+// instance has stopped: following it ends at its end. A runtime that does not
+// answer (Unavailable: restarting) leaves the container running, as upstream's
+// ReadLogs assumes: containers outlive their runtime's CRI server.
+func followRunning(rt Runtime, id string, previous bool) func(ctx context.Context) bool {
+	return func(ctx context.Context) bool {
+		if previous {
+			return false
+		}
+		st, err := rt.ContainerStatus(ctx, id, false)
+		if err != nil {
+			return cri.Code(err) == codes.Unavailable
+		}
+		return st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
 	}
 }
 

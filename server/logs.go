@@ -90,18 +90,34 @@ func truncate(b []byte) []byte {
 // errLimitReached ends a read once limitBytes have been written.
 var errLimitReached = errors.New("log output limit reached")
 
+// timeFormatOut is how a requested timestamp is written: fixed-width
+// RFC 3339 with nanoseconds, as the kubelet writes it (cri-client's
+// logs.RFC3339NanoFixed), so `kubectl logs --timestamps` reads the same.
+const timeFormatOut = "2006-01-02T15:04:05.000000000Z07:00"
+
 // logWriter writes entries with the requested decoration and byte limit.
 type logWriter struct {
 	w          io.Writer
 	timestamps bool
+	since      time.Time
 	remain     int64 // < 0: unlimited
 	buf        []byte
+	// midLine is set after a partial entry: the next entry continues its line,
+	// so it gets no timestamp of its own (as upstream's ReadLogs).
+	midLine bool
 }
 
+// write writes e unless it is older than since; either way e decides whether
+// the next entry starts a line.
 func (lw *logWriter) write(e logEntry) error {
+	midLine := lw.midLine
+	lw.midLine = e.partial
+	if e.ts.Before(lw.since) {
+		return nil
+	}
 	lw.buf = lw.buf[:0]
-	if lw.timestamps {
-		lw.buf = append(lw.buf, e.ts.Format(time.RFC3339Nano)...)
+	if lw.timestamps && !midLine {
+		lw.buf = append(lw.buf, e.ts.Format(timeFormatOut)...)
 		lw.buf = append(lw.buf, ' ')
 	}
 	lw.buf = append(lw.buf, e.msg...)
@@ -182,6 +198,28 @@ type logFollower struct {
 // file is opened (and reopened) with podlogs.Open: no component below that
 // directory may be a link (one could point the API at any host file), and only a
 // regular file is opened (a FIFO would hang the reader).
+//
+// Why this is not k8s.io/cri-client/pkg/logs.ReadLogs, the reader the kubelet and
+// crictl share (docs/SECURITY.md round 3 item 3): ReadLogs takes a path, not an
+// open file. It calls filepath.EvalSymlinks on it, then os.Open on the result,
+// which follows every link, opens a FIFO (blocking) and takes a file of several
+// hard links; when following, a Create event for the file's name makes it
+// os.Open the path again. A /proc/self/fd/N path for the file podlogs.Open opened
+// does not help: EvalSymlinks turns it back into the file's path and ReadLogs
+// reopens that, the race podlogs.Open closes. Its parser, tail and writer are
+// unexported. So nodelet keeps its reader and matches ReadLogs' output: the
+// fixed-width timestamp, a timestamp only at the start of a line written in
+// pieces, lines older than since skipped, unparsable lines skipped, limitBytes
+// cutting mid-line, follow ending once the container is no longer running (an
+// Unavailable runtime counts as running) and the file is drained. Where it
+// differs: it follows by polling (fol.poll; ReadLogs waits on fsnotify with a
+// 1 s fallback) and asks the runtime at most every runningCheckEvery polls
+// (ReadLogs asks before every wait); it notices rotation by comparing the open
+// file's inode with the name's (ReadLogs by a Create event for the name), and
+// finishes the old file first either way; it reads CRI-format files only (ReadLogs
+// also reads Docker's JSON lines, which containerd never writes); without
+// follow, it leaves out an unterminated last line (ReadLogs writes it), and with
+// a tail it reads to the end of the file (ReadLogs stops after the tail's count).
 func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fol logFollower) error {
 	f, err := podlogs.Open(path)
 	if err != nil {
@@ -197,7 +235,7 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 			return fmt.Errorf("seeking in %s: %w", path, err)
 		}
 	}
-	lw := &logWriter{w: w, timestamps: opts.Timestamps, remain: -1}
+	lw := &logWriter{w: w, timestamps: opts.Timestamps, since: opts.Since, remain: -1}
 	if opts.LimitBytes > 0 {
 		lw.remain = opts.LimitBytes
 	}
@@ -216,9 +254,6 @@ func ReadLogs(ctx context.Context, path string, opts LogOptions, w io.Writer, fo
 			e, perr := parseCRILogLine(line[:len(line)-1])
 			if perr != nil {
 				// Upstream skips lines it cannot parse rather than failing the stream.
-				continue
-			}
-			if !opts.Since.IsZero() && e.ts.Before(opts.Since) {
 				continue
 			}
 			if werr := lw.write(e); werr != nil {

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
@@ -95,7 +97,11 @@ func TestReadLogs(t *testing.T) {
 		{"tail more than there is", LogOptions{Tail: 100}, "one\ntwo\nthree\nfour\n"},
 		{"since", LogOptions{Tail: -1, Since: ts("2024-01-01T00:00:02Z")}, "two\nthree\nfour\n"},
 		{"since excludes older", LogOptions{Tail: -1, Since: ts("2024-01-01T00:00:03.2Z")}, "ee\nfour\n"},
-		{"timestamps", LogOptions{Tail: 1, Timestamps: true}, "2024-01-01T00:00:04Z four\n"},
+		// Fixed-width nanoseconds, as the kubelet writes them (upstream's RFC3339NanoFixed).
+		{"timestamps", LogOptions{Tail: 1, Timestamps: true}, "2024-01-01T00:00:04.000000000Z four\n"},
+		// A line the runtime wrote in pieces gets the timestamp of its first piece only.
+		{"timestamps of a line in pieces", LogOptions{Tail: -1, Timestamps: true},
+			"2024-01-01T00:00:01.000000000Z one\n2024-01-01T00:00:02.000000000Z two\n2024-01-01T00:00:03.000000000Z three\n2024-01-01T00:00:04.000000000Z four\n"},
 		{"limitBytes", LogOptions{Tail: -1, LimitBytes: 6}, "one\ntw"},
 		{"limitBytes exact", LogOptions{Tail: -1, LimitBytes: 4}, "one\n"},
 	}
@@ -193,6 +199,40 @@ func TestReadLogsFollowRotationAndExit(t *testing.T) {
 	if got := out.String(); got != "first\nsecond\nthird\nlast words\n" {
 		t.Errorf("got %q", got)
 	}
+}
+
+// TestFollowRunning: a followed log ends when its container stops or is a
+// previous instance; a runtime that does not answer (Unavailable, as while it
+// restarts) leaves the container running, as upstream's ReadLogs assumes.
+func TestFollowRunning(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeRuntime{containers: []*runtimeapi.Container{
+		{Id: "up", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		{Id: "down", State: runtimeapi.ContainerState_CONTAINER_EXITED},
+	}}
+	for _, tc := range []struct {
+		rt       Runtime
+		id       string
+		previous bool
+		want     bool
+	}{
+		{f, "up", false, true},
+		{f, "up", true, false},
+		{f, "down", false, false},
+		{f, "gone", false, false},
+		{unavailableRuntime{f}, "up", false, true},
+	} {
+		if got := followRunning(tc.rt, tc.id, tc.previous)(ctx); got != tc.want {
+			t.Errorf("followRunning(%T, %s, previous %v) = %v, want %v", tc.rt, tc.id, tc.previous, got, tc.want)
+		}
+	}
+}
+
+// unavailableRuntime is a runtime whose CRI server is down.
+type unavailableRuntime struct{ *fakeRuntime }
+
+func (unavailableRuntime) ContainerStatus(context.Context, string, bool) (*runtimeapi.ContainerStatusResponse, error) {
+	return nil, fmt.Errorf("getting status of container x: %w", status.Error(codes.Unavailable, "connection refused"))
 }
 
 // ---------------------------------------------------------------- fake runtime
@@ -339,7 +379,7 @@ func TestContainerLogsHandler(t *testing.T) {
 	}{
 		{"/containerLogs/ns/web/c", 200, "after the restart\noops\n"},
 		{"/containerLogs/ns/web/c?previous=true", 200, "before the restart\n"},
-		{"/containerLogs/ns/web/c?tailLines=1&timestamps=true", 200, "2024-01-01T00:00:03Z oops\n"},
+		{"/containerLogs/ns/web/c?tailLines=1&timestamps=true", 200, "2024-01-01T00:00:03.000000000Z oops\n"},
 		{"/containerLogs/ns/web/c?sinceTime=2024-01-01T00:00:03Z", 200, "oops\n"},
 		{"/containerLogs/ns/web/c?limitBytes=5", 200, "after"},
 		// follow on a running container would block; a stopped previous one ends.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nodelet/nodelet/allocation"
-	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 )
 
 // A corrupt allocation checkpoint does not stop nodelet (the pods it runs

@@ -13,7 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/cgroups"
-	"github.com/nodelet/nodelet/internal/dbustest"
+	"github.com/nodelet/nodelet/internal/testsupport/dbustest"
 )
 
 type fakeRuntimeConfig struct {

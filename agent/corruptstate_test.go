@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nodelet/nodelet/allocation"
-	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 )
 
 // lockedBuffer is a log sink written by many goroutines.

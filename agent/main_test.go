@@ -5,7 +5,7 @@ import (
 
 	occgroups "github.com/opencontainers/cgroups"
 
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 // Every goroutine nodelet starts must have returned once the tests end. The cgroup

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/internal/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/golden"
 )
 
 // metricsGolden is nodelet's own /metrics families: name, type and label

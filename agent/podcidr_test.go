@@ -16,7 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 	"github.com/nodelet/nodelet/node"
 )
 

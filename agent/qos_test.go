@@ -16,7 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cgroups"
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 func burstablePod(uid, cpu string) *v1.Pod {

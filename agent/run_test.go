@@ -20,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/cri/fakecri"
-	"github.com/nodelet/nodelet/internal/dbustest"
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/dbustest"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 // journal records what happened, in order.

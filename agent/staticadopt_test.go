@@ -12,8 +12,8 @@ import (
 
 	"github.com/nodelet/nodelet/config"
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/cri/fakecri"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 )
 
 // TestKubeletStaticPodAdopted: nodelet starting where the upstream kubelet ran

@@ -11,7 +11,7 @@ import (
 	tracingapi "k8s.io/component-base/tracing/api/v1"
 
 	"github.com/nodelet/nodelet/config"
-	"github.com/nodelet/nodelet/internal/spantest"
+	"github.com/nodelet/nodelet/internal/testsupport/spantest"
 )
 
 func tracingTo(r *spantest.OTLPReceiver, ratePerMillion int32) func(*config.Options) {

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/cgroups"
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 )
 
 func podWith(containers ...v1.Container) *v1.Pod {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 // A checkpoint the upstream kubelet wrote (its own test vector): nodelet reads

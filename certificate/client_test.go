@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/util/certificate"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 func TestNewClientDecision(t *testing.T) {

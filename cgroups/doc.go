@@ -25,7 +25,7 @@
 // with the kubelet. Its file opener confines writes below /sys/fs/cgroup with
 // openat2; elsewhere it opens only files on a cgroup filesystem, unless the
 // library's TestMode is on, which the unit tests (temp-dir trees shaped like
-// /sys/fs/cgroup, see internal/cgroupfstest) set in TestMain.
+// /sys/fs/cgroup, see internal/testsupport/cgroupfstest) set in TestMain.
 //
 // # By hand, and why
 //

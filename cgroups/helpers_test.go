@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 )
 
 const gi = int64(1) << 30

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/internal/cgroupfstest"
+	"github.com/nodelet/nodelet/internal/testsupport/cgroupfstest"
 )
 
 // fakeV1 builds a hybrid-shaped tree: v1 hierarchies plus an empty cgroup2 at unified.

@@ -18,8 +18,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/internal/cgroupfstest"
-	"github.com/nodelet/nodelet/internal/dbustest"
+	"github.com/nodelet/nodelet/internal/testsupport/cgroupfstest"
+	"github.com/nodelet/nodelet/internal/testsupport/dbustest"
 )
 
 // fakeUnits is a hand-written SystemdUnits: it keeps unit properties and, like systemd,

@@ -7,8 +7,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/nodelet/nodelet/cri/fakecri"
-	"github.com/nodelet/nodelet/internal/spantest"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/spantest"
 )
 
 // TestTracerProviderSpansAndPropagates: with a tracer provider each CRI call

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nodelet/nodelet/internal/eventually"
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 	"github.com/nodelet/nodelet/pluginmanager"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 type fakeNode struct {

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/nodelet/nodelet/internal/dbustest"
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/dbustest"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 // startBus runs a private dbus-daemon for one test and returns its address.

@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 var _ EventSource = (*cri.Client)(nil)

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 func apiPod(name string, uid types.UID, node string) *v1.Pod {

@@ -19,8 +19,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/internal/eventually"
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	api "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/nodelet/nodelet/internal/eventually"
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

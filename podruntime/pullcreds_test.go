@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/pullrecords"
 	"github.com/nodelet/nodelet/volumes"

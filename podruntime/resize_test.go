@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/cgroups"
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 	"github.com/nodelet/nodelet/pleg"
 )
 

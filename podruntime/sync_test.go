@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/cri/fakecri"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 )
 

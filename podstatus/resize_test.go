@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 	"github.com/nodelet/nodelet/pleg"
 )
 

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 // brokenExec fails every exec the way a runtime does, not as a command's exit.

@@ -3,7 +3,7 @@ package prober
 import (
 	"testing"
 
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 // Every probe worker a test starts must have returned when the tests end.

@@ -20,9 +20,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/statstest"
 	"github.com/nodelet/nodelet/stats"
-	"github.com/nodelet/nodelet/stats/statstest"
 )
 
 // Measurement and scrape times of the cAdvisor tests.

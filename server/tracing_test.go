@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/tracing"
 
-	"github.com/nodelet/nodelet/internal/spantest"
+	"github.com/nodelet/nodelet/internal/testsupport/spantest"
 )
 
 // TestRequestsAreTraced: with a tracer provider each request a route serves

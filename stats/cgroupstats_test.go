@@ -14,7 +14,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/stats/statstest"
+	"github.com/nodelet/nodelet/internal/testsupport/statstest"
 )
 
 func fakeNodeProvider(t *testing.T, n int) (*Provider, *statstest.Node) {

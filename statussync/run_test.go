@@ -12,7 +12,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 func runUntilDone(m *Manager, ctx context.Context, returned *atomic.Bool) chan struct{} {

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
 )

@@ -3,7 +3,7 @@ package syncloop
 import (
 	"testing"
 
-	"github.com/nodelet/nodelet/internal/leakcheck"
+	"github.com/nodelet/nodelet/internal/testsupport/leakcheck"
 )
 
 // Every worker and operation goroutine a test starts must have returned when

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelet/nodelet/cri"
-	"github.com/nodelet/nodelet/cri/fakecri"
-	"github.com/nodelet/nodelet/internal/eventually"
 	"github.com/nodelet/nodelet/internal/mountutil"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/fakecri"
 	"github.com/nodelet/nodelet/pleg"
 	"github.com/nodelet/nodelet/volumes"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
 )
 
 // countingPLEG counts the relists asked of the PLEG.

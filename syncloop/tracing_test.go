@@ -10,8 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/internal/eventually"
-	"github.com/nodelet/nodelet/internal/spantest"
+	"github.com/nodelet/nodelet/internal/testsupport/eventually"
+	"github.com/nodelet/nodelet/internal/testsupport/spantest"
 	"github.com/nodelet/nodelet/podconfig"
 	"github.com/nodelet/nodelet/podruntime"
 )

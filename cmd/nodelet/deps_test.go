@@ -5,16 +5,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 )
 
 // The binary must not link test support: package testing (its flags, its
-// helpers) has no place in a node agent. Test-only packages (cri/fakecri,
-// internal/leakcheck, internal/dbustest, internal/eventually, internal/spantest,
-// internal/golden) import it, so this also catches a product package that
-// imports one of them.
+// helpers) has no place in a node agent, nor anything under
+// internal/testsupport (the in-memory CRI runtime, the polling and leak
+// helpers, fake D-Bus services...), which is where test support lives.
 func TestBinaryDoesNotLinkTesting(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -31,9 +29,10 @@ func TestBinaryDoesNotLinkTesting(t *testing.T) {
 	if len(deps) < 10 {
 		t.Fatalf("go list -deps listed only %v", deps)
 	}
-	for _, banned := range []string{"testing", "github.com/nodelet/nodelet/cri/fakecri", "github.com/nodelet/nodelet/internal/eventually", "github.com/nodelet/nodelet/internal/leakcheck", "github.com/nodelet/nodelet/internal/dbustest", "github.com/nodelet/nodelet/internal/spantest", "github.com/nodelet/nodelet/internal/golden"} {
-		if slices.Contains(deps, banned) {
-			t.Errorf("cmd/nodelet depends on %s (go list -deps ./cmd/nodelet); move the test support out of the product package that imports it", banned)
+	const testSupport = "github.com/nodelet/nodelet/internal/testsupport/"
+	for _, dep := range deps {
+		if dep == "testing" || strings.HasPrefix(dep, testSupport) {
+			t.Errorf("cmd/nodelet depends on %s (go list -deps ./cmd/nodelet); move the test support out of the product package that imports it", dep)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodelet/nodelet/internal/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/nodelet")

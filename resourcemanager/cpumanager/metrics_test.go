@@ -12,7 +12,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 )
 
 // The CPU manager's families move as upstream's on the 2-NUMA, 8-core SMT

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/nodelet")

@@ -13,7 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/golden"
+	"github.com/nodelet/nodelet/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/nodelet")

@@ -11,7 +11,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 	"github.com/nodelet/nodelet/resourcemanager/topologymanager"
 )
 

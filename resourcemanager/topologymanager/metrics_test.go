@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodelet/nodelet/internal/resourcemetrics"
-	"github.com/nodelet/nodelet/internal/resourcetest"
+	"github.com/nodelet/nodelet/internal/testsupport/resourcetest"
 )
 
 // The kubelet_topology_manager_admission_* counters and the NUMA alignment

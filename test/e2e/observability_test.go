@@ -27,7 +27,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/internal/spantest"
+	"github.com/nodelet/nodelet/internal/testsupport/spantest"
 	"github.com/nodelet/nodelet/test/e2e/framework"
 )
 

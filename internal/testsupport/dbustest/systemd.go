@@ -13,7 +13,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/nodelet/nodelet/internal/cgroupfstest"
+	"github.com/nodelet/nodelet/internal/testsupport/cgroupfstest"
 )
 
 // SystemdOptions configure the fake systemd.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/dbustest"
+	"github.com/nodelet/nodelet/internal/testsupport/dbustest"
 	"github.com/nodelet/nodelet/nodeshutdown"
 )
 
